@@ -1,0 +1,35 @@
+# Every target installs on first use: the stamp is rebuilt when pyproject.toml changes.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+TINY   := output/tiny-model
+
+.PHONY: install test lint demo tiny-model sft-qwen dpo-qwen foodpo-qwen
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/ruff check mpskit tests bench
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check mpskit tests bench
+
+tiny-model: $(STAMP)
+	$(BIN)/mpskit tiny-model $(TINY)
+
+demo: $(STAMP)
+	$(BIN)/mpskit demo
+
+sft-qwen: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/run_sft.sh
+
+dpo-qwen: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/run_dpo.sh
