@@ -1,0 +1,165 @@
+"""`mpskit` command line. Every user error ends as one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+
+USAGE_RUN = (
+    "mpskit {train,config} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] [-o FILE]\n"
+    "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
+    "  model_preset (configs/models), hardware (configs/hardware), device (auto|mps|cuda|cpu), run_name."
+)
+
+
+def _split_run_words(words: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:
+    """(run file, --hardware, -o, the rest) from the words after `train` / `config`."""
+    run_file = hardware = output = None
+    rest: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name, sep, value = word.partition("=")
+        if name in ("--hardware", "-o", "--output"):
+            if not sep:
+                if i + 1 >= len(words):
+                    raise MpskitError(f"{name} needs a value", f"write {name} VALUE")
+                value = words[i + 1]
+                i += 1
+            if name == "--hardware":
+                hardware = value
+            else:
+                output = value
+        elif run_file is None and not rest and word.endswith((".yaml", ".yml")) and not word.startswith("-"):
+            run_file = word
+        else:
+            rest.append(word)
+        i += 1
+    return run_file, hardware, output, rest
+
+
+def _resolve_from_words(words: list[str]):
+    from mpskit.presets import load_yaml, parse_overrides
+    from mpskit.resolve import resolve
+
+    run_file, hardware, output, rest = _split_run_words(words)
+    user = load_yaml(Path(run_file)) if run_file else {}
+    user.update(parse_overrides(rest))
+    return resolve(user, hardware=hardware), output
+
+
+def cmd_detect(ns: argparse.Namespace) -> int:
+    from mpskit.hardware import describe, select_hardware
+
+    hw = select_hardware(ns.hardware, probe_torch=True)
+    if ns.json:
+        print(json.dumps(hw.as_dict(), indent=2))
+    else:
+        for key, value in describe(hw):
+            print(f"{key:24} {value}")
+    return 0
+
+
+def cmd_env(ns: argparse.Namespace) -> int:
+    from mpskit.hardware import hardware_notes, select_hardware
+    from mpskit.mps_env import export_lines
+
+    hw = select_hardware(ns.hardware)
+    for note in hardware_notes(hw):
+        print(f"# note: {note}")
+    print(export_lines(hw))
+    return 0
+
+
+def cmd_config(words: list[str]) -> int:
+    from mpskit import lf
+    from mpskit.resolve import new_run_dir
+    from mpskit.train import prepare
+
+    run, output = _resolve_from_words(words)
+    prepare(run)
+    lf.check_keys(run.args)
+    run.args.setdefault("output_dir", str(new_run_dir(run)))
+    if output:
+        lf.write_yaml(run.args, output)
+        print(f"mpskit: wrote {output}", file=sys.stderr)
+    else:
+        import yaml
+
+        print(yaml.safe_dump(run.args, sort_keys=False, allow_unicode=True), end="")
+    return 0
+
+
+def cmd_train(words: list[str]) -> int:
+    from mpskit.train import train
+
+    run, _ = _resolve_from_words(words)
+    train(run, command=["mpskit", "train", *words])
+    return 0
+
+
+def cmd_tiny_model(ns: argparse.Namespace) -> int:
+    from mpskit.tiny import build_tiny_model
+
+    out = build_tiny_model(ns.directory, ns.data)
+    print(f"mpskit: tiny model written to {out}")
+    return 0
+
+
+def cmd_demo(ns: argparse.Namespace) -> int:
+    from mpskit.demo import run_demo
+
+    return run_demo(ns.hardware)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mpskit", description="LLM fine-tuning that fits: SFT, DPO, fooDPO.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, helptext in (
+        ("detect", "describe this machine (or a --hardware profile)"),
+        ("env", "print export lines for the MPS/tokenizer environment, each with its reason"),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--hardware", help="profile name in configs/hardware or a YAML file ($MPSKIT_HARDWARE)")
+        if name == "detect":
+            p.add_argument("--json", action="store_true")
+    for name, helptext in (
+        ("config", "write the LLaMA-Factory YAML for a run (-o FILE, or stdout)"),
+        ("train", "train through LLaMA-Factory's run_exp; writes output/<run>/<timestamp>/"),
+    ):
+        p = sub.add_parser(name, help=helptext, usage=USAGE_RUN, add_help=False)
+        p.add_argument("words", nargs=argparse.REMAINDER)
+    p = sub.add_parser("tiny-model", help="build the offline demo model (random weights) into DIR")
+    p.add_argument("directory")
+    p.add_argument("--data", help="folder with the demo datasets (default: data/)")
+    p = sub.add_parser("demo", help="SFT then DPO on the tiny model, offline; prints a table")
+    p.add_argument("--hardware")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if argv[:1] in (["train"], ["config"]) and any(w in ("-h", "--help") for w in argv[1:]):
+        print("usage: " + USAGE_RUN)
+        return 0
+    ns = parser.parse_args(argv)
+    handlers = {"detect": cmd_detect, "env": cmd_env, "tiny-model": cmd_tiny_model, "demo": cmd_demo}
+    try:
+        if ns.command in ("config", "train"):
+            return {"config": cmd_config, "train": cmd_train}[ns.command](ns.words)
+        return handlers[ns.command](ns)
+    except MpskitError as err:
+        print(f"mpskit: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mpskit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

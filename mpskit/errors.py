@@ -1,0 +1,17 @@
+"""The one error type users see: a problem and its fix, printed as one line with exit code 2."""
+
+
+class MpskitError(Exception):
+    """A user-facing error. The message names the problem and the fix, in one line."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(f"{problem}; {fix}")
+        self.problem = problem
+        self.fix = fix
+
+
+def warn(message: str) -> None:
+    """One-line warning on stderr (no logging setup needed, no torch import)."""
+    import sys
+
+    print(f"mpskit: warning: {message}", file=sys.stderr)

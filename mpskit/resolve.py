@@ -1,0 +1,204 @@
+"""YAML layers -> one resolved run: the exact LLaMA-Factory arguments plus what mpskit decided.
+
+Layers, later wins: stage preset < model preset < device rules < hardware profile's pinned args <
+the user's run file and key=value words. No torch import here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
+from mpskit.presets import load_yaml, merge, preset_names, resolve_preset_file, translate_removed_keys
+
+# mpskit's own keys: they choose presets and devices and never reach LLaMA-Factory.
+MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name")
+DEVICES = ("auto", "mps", "cuda", "cpu")
+
+
+@dataclass
+class ResolvedRun:
+    stage: str
+    run_name: str
+    hardware: Hardware
+    device: str
+    args: dict  # exactly what LLaMA-Factory reads
+    model_dims: dict = field(default_factory=dict)
+    layers: list[str] = field(default_factory=list)
+
+    @property
+    def hide_mps(self) -> bool:
+        """A CPU run hides MPS (and CUDA) from torch so nothing lands there (seed 000)."""
+        return self.device == "cpu"
+
+
+def _preset(kind: str, name: str) -> tuple[dict, dict, str]:
+    path = resolve_preset_file(kind, name)
+    data = load_yaml(path)
+    args = data.get("args") or {}
+    if not isinstance(args, dict):
+        raise MpskitError(f"{path}: 'args' is not a mapping", "write args: as key: value lines")
+    return args, data, str(path)
+
+
+def device_args(hw: Hardware, device: str) -> dict:
+    """What the device needs: loader settings and a dtype by the version rules (DESIGN.md)."""
+    if device == "mps":
+        fast_bf16 = bf16_is_fast(hw)
+        return {"dataloader_num_workers": 0, "dataloader_pin_memory": False, "bf16": fast_bf16, "fp16": False}
+    if device == "cuda":
+        return {"bf16": hw.cuda_bf16, "fp16": not hw.cuda_bf16}
+    return {"use_cpu": True, "bf16": False, "fp16": False, "dataloader_pin_memory": False}
+
+
+def _choose_device(hw: Hardware, asked: str | None, use_cpu: bool) -> str:
+    asked = asked or "auto"
+    if asked not in DEVICES:
+        raise MpskitError(f"device '{asked}' is not one of {', '.join(DEVICES)}", "use device=auto, mps, cuda or cpu")
+    if use_cpu or asked == "cpu":
+        return "cpu"
+    if asked != "auto" and asked != hw.device:
+        raise MpskitError(
+            f"device '{asked}' asked for, but hardware '{hw.name}' is {hw.kind}",
+            "pick a matching --hardware profile or device=auto",
+        )
+    return hw.device
+
+
+def _check_dtype(args: dict, hw: Hardware, device: str) -> None:
+    if args.get("fp16") and args.get("bf16"):
+        raise MpskitError("both fp16 and bf16 are true", "set at most one of them")
+    if args.get("fp16") and (device == "cpu" or not fp16_supported(hw)):
+        where = "CPU" if device == "cpu" else f"{hw.kind} with torch {hw.torch}"
+        raise MpskitError(f"fp16 training is not supported on {where}", "set fp16: false (MPS fp16 needs torch >= 2.8)")
+    if args.get("bf16") and device != "cpu" and not bf16_supported(hw):
+        raise MpskitError(
+            f"bf16 is not supported on {hw.name} (needs macOS >= 14 and torch >= 2.6, or an Ampere+ GPU)",
+            "set bf16: false",
+        )
+
+
+def _default_run_name(stage: str, model_preset: str | None, model_path: str) -> str:
+    model = model_preset or Path(str(model_path).rstrip("/")).name or "model"
+    return f"{stage}-{model}"
+
+
+def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) -> ResolvedRun:
+    """Merge presets and the user's choices into one run. `user` is the run file plus overrides."""
+    user = translate_removed_keys(user)
+    own = {key: user.pop(key) for key in MPSKIT_KEYS if key in user and key != "run_name"}
+    stage = user.get("stage")
+    if not stage:
+        raise MpskitError("no stage given", f"add stage=... (one of {', '.join(preset_names('stages'))})")
+
+    stage_args, _, stage_file = _preset("stages", str(stage))
+    layers = [stage_file]
+    model_args, dims = {}, {}
+    if own.get("model_preset"):
+        model_args, model_data, model_file = _preset("models", str(own["model_preset"]))
+        dims = model_data.get("dims") or {}
+        layers.append(model_file)
+
+    hw = select_hardware(hardware or own.get("hardware"), probe_torch=probe_torch)
+    layers.append(hw.source)
+    device = _choose_device(hw, own.get("device"), bool(user.get("use_cpu")))
+    args = merge(stage_args, model_args, device_args(hw, device), hw.args, user)
+    args["stage"] = stage_args.get("stage", stage)
+    if not args.get("model_name_or_path"):
+        raise MpskitError("no model given", "set model_name_or_path=PATH or model_preset=NAME (see configs/models/)")
+    _check_dtype(args, hw, device)
+    if device == "cpu":
+        args["use_cpu"] = True
+    run_name = str(user.get("run_name") or _default_run_name(str(stage), own.get("model_preset"), args["model_name_or_path"]))
+    return ResolvedRun(
+        stage=str(stage), run_name=run_name, hardware=hw, device=device, args=args, model_dims=dims, layers=layers
+    )
+
+
+def check_model(model: str) -> None:
+    """A local directory with config.json, or a hub id already in the local cache (or reachable)."""
+    path = Path(os.path.expanduser(model))
+    fix = "set MODEL_PATH (model_name_or_path) to a local model directory, or run `make demo` for the offline tiny model"
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise MpskitError(f"model directory {model} has no config.json", fix)
+        return
+    looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
+    if not looks_like_hub_id:
+        raise MpskitError(f"model {model} not found", fix)
+    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
+    if (cache.expanduser() / f"models--{model.replace('/', '--')}").is_dir():
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or not _hub_reachable(model):
+        raise MpskitError(f"model {model} is not a local directory and the hub cannot be reached", fix)
+
+
+def _hub_reachable(model: str) -> bool:
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        with urllib.request.urlopen(f"{endpoint}/api/models/{model}", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def check_datasets(args: dict) -> None:
+    """Every dataset named in dataset/eval_dataset is in dataset_dir/dataset_info.json."""
+    names = [
+        name.strip()
+        for key in ("dataset", "eval_dataset")
+        for name in str(args.get(key) or "").split(",")
+        if name.strip()
+    ]
+    if not names:
+        raise MpskitError("no dataset given", "set dataset=NAME (a name from data/dataset_info.json)")
+    dataset_dir = Path(str(args.get("dataset_dir", "data")))
+    info_file = dataset_dir / "dataset_info.json"
+    if not info_file.is_file():
+        raise MpskitError(f"{info_file} not found", "set dataset_dir to the folder that holds dataset_info.json")
+    try:
+        info = json.loads(info_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise MpskitError(f"{info_file} is not valid JSON", "fix the file") from err
+    for name in names:
+        if name not in info:
+            raise MpskitError(
+                f"dataset '{name}' is not in {info_file}", f"add it there or use one of {', '.join(sorted(info))}"
+            )
+        file_name = info[name].get("file_name")
+        if file_name and not (dataset_dir / file_name).exists():
+            raise MpskitError(f"dataset '{name}' points at {dataset_dir / file_name}, which does not exist", "fix file_name")
+
+
+def absolute_paths(args: dict) -> dict:
+    """Paths that exist relative to here become absolute, so the written YAML runs from anywhere."""
+    args = dict(args)
+    for key in ("dataset_dir", "model_name_or_path", "adapter_name_or_path", "deepspeed"):
+        value = args.get(key)
+        if isinstance(value, str) and Path(value).expanduser().exists():
+            args[key] = str(Path(value).expanduser().resolve())
+    return args
+
+
+def new_run_dir(run: ResolvedRun, root: str | Path = "output") -> Path:
+    """output/<run>/<timestamp>: a fresh directory; an explicit output_dir must be new or empty."""
+    if run.args.get("output_dir"):
+        path = Path(str(run.args["output_dir"])).expanduser()
+        if path.exists() and any(path.iterdir()):
+            raise MpskitError(f"output_dir {path} already holds files", "choose a new output_dir; mpskit never overwrites a run")
+        return path
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = Path(root) / run.run_name / stamp
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = Path(root) / run.run_name / f"{stamp}-{suffix}"
+    return path
+
