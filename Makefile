@@ -16,11 +16,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/ruff check mpskit tests bench
+	$(BIN)/ruff check mpskit tests data
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check mpskit tests bench
+	$(BIN)/ruff check mpskit tests data
 
 tiny-model: $(STAMP)
 	$(BIN)/mpskit tiny-model $(TINY)

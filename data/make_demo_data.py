@@ -10,22 +10,48 @@ import random
 from pathlib import Path
 
 CAPITALS = [
-    ("France", "Paris", "法国", "巴黎"), ("Japan", "Tokyo", "日本", "东京"), ("Italy", "Rome", "意大利", "罗马"),
-    ("Germany", "Berlin", "德国", "柏林"), ("Spain", "Madrid", "西班牙", "马德里"), ("China", "Beijing", "中国", "北京"),
-    ("Egypt", "Cairo", "埃及", "开罗"), ("Canada", "Ottawa", "加拿大", "渥太华"), ("Kenya", "Nairobi", "肯尼亚", "内罗毕"),
-    ("Peru", "Lima", "秘鲁", "利马"), ("Norway", "Oslo", "挪威", "奥斯陆"), ("Greece", "Athens", "希腊", "雅典"),
-    ("Russia", "Moscow", "俄罗斯", "莫斯科"), ("Thailand", "Bangkok", "泰国", "曼谷"), ("Austria", "Vienna", "奥地利", "维也纳"),
-    ("Portugal", "Lisbon", "葡萄牙", "里斯本"), ("Ireland", "Dublin", "爱尔兰", "都柏林"), ("Chile", "Santiago", "智利", "圣地亚哥"),
+    ("France", "Paris", "法国", "巴黎"),
+    ("Japan", "Tokyo", "日本", "东京"),
+    ("Italy", "Rome", "意大利", "罗马"),
+    ("Germany", "Berlin", "德国", "柏林"),
+    ("Spain", "Madrid", "西班牙", "马德里"),
+    ("China", "Beijing", "中国", "北京"),
+    ("Egypt", "Cairo", "埃及", "开罗"),
+    ("Canada", "Ottawa", "加拿大", "渥太华"),
+    ("Kenya", "Nairobi", "肯尼亚", "内罗毕"),
+    ("Peru", "Lima", "秘鲁", "利马"),
+    ("Norway", "Oslo", "挪威", "奥斯陆"),
+    ("Greece", "Athens", "希腊", "雅典"),
+    ("Russia", "Moscow", "俄罗斯", "莫斯科"),
+    ("Thailand", "Bangkok", "泰国", "曼谷"),
+    ("Austria", "Vienna", "奥地利", "维也纳"),
+    ("Portugal", "Lisbon", "葡萄牙", "里斯本"),
+    ("Ireland", "Dublin", "爱尔兰", "都柏林"),
+    ("Chile", "Santiago", "智利", "圣地亚哥"),
 ]
 OPPOSITES = [
-    ("hot", "cold", "热", "冷"), ("big", "small", "大", "小"), ("fast", "slow", "快", "慢"), ("up", "down", "上", "下"),
-    ("old", "new", "旧", "新"), ("light", "dark", "明", "暗"), ("long", "short", "长", "短"), ("high", "low", "高", "低"),
-    ("early", "late", "早", "晚"), ("open", "closed", "开", "关"), ("full", "empty", "满", "空"), ("rich", "poor", "富", "穷"),
+    ("hot", "cold", "热", "冷"),
+    ("big", "small", "大", "小"),
+    ("fast", "slow", "快", "慢"),
+    ("up", "down", "上", "下"),
+    ("old", "new", "旧", "新"),
+    ("light", "dark", "明", "暗"),
+    ("long", "short", "长", "短"),
+    ("high", "low", "高", "低"),
+    ("early", "late", "早", "晚"),
+    ("open", "closed", "开", "关"),
+    ("full", "empty", "满", "空"),
+    ("rich", "poor", "富", "穷"),
 ]
 COLOURS = [
-    ("the sky on a clear day", "blue", "晴天的天空", "蓝色"), ("grass", "green", "草", "绿色"), ("snow", "white", "雪", "白色"),
-    ("a ripe banana", "yellow", "熟香蕉", "黄色"), ("coal", "black", "煤", "黑色"), ("a ripe tomato", "red", "熟西红柿", "红色"),
-    ("an orange", "orange", "橙子", "橙色"), ("a plum", "purple", "李子", "紫色"),
+    ("the sky on a clear day", "blue", "晴天的天空", "蓝色"),
+    ("grass", "green", "草", "绿色"),
+    ("snow", "white", "雪", "白色"),
+    ("a ripe banana", "yellow", "熟香蕉", "黄色"),
+    ("coal", "black", "煤", "黑色"),
+    ("a ripe tomato", "red", "熟西红柿", "红色"),
+    ("an orange", "orange", "橙子", "橙色"),
+    ("a plum", "purple", "李子", "紫色"),
 ]
 EVASIVE_EN = ["I am not sure.", "Hard to say.", "Maybe, maybe not.", "I cannot tell.", "Ask someone else."]
 EVASIVE_ZH = ["我不确定。", "很难说。", "也许吧。", "我说不上来。", "你问别人吧。"]
@@ -71,9 +97,7 @@ def main() -> None:
         suffix = "" if split == "train" else "_eval"
         for name, data in ((f"demo_sft{suffix}", sft), (f"demo_pref{suffix}", pref)):
             (out / f"{name}.json").write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    info = {
-        name: {"file_name": f"{name}.json"} for name in ("demo_sft", "demo_sft_eval")
-    } | {
+    info = {name: {"file_name": f"{name}.json"} for name in ("demo_sft", "demo_sft_eval")} | {
         name: {
             "file_name": f"{name}.json",
             "ranking": True,

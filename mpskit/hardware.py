@@ -130,9 +130,7 @@ def _from_mapping(data: dict, name: str, source: str) -> Hardware:
         if required not in data:
             raise MpskitError(f"hardware profile {source} lacks '{required}'", f"add '{required}:' to it")
     if data["kind"] not in KINDS:
-        raise MpskitError(
-            f"hardware profile {source} has kind '{data['kind']}'", f"use one of {', '.join(KINDS)}"
-        )
+        raise MpskitError(f"hardware profile {source} has kind '{data['kind']}'", f"use one of {', '.join(KINDS)}")
     if not isinstance(data["ram_gb"], int | float) or data["ram_gb"] <= 0:
         raise MpskitError(f"hardware profile {source} has ram_gb {data['ram_gb']!r}", "give RAM in GB, > 0")
     values = {k: v for k, v in data.items() if k != "description"}
@@ -259,5 +257,3 @@ def describe(hw: Hardware) -> list[tuple[str, str]]:
     ]
     rows += [("note", note) for note in hardware_notes(hw)]
     return rows
-
-

@@ -13,6 +13,7 @@ import yaml
 
 from mpskit.errors import MpskitError, warn
 
+
 def config_dir() -> Path:
     """configs/ beside the package (an editable install), or $MPSKIT_CONFIG_DIR."""
     return Path(os.environ.get("MPSKIT_CONFIG_DIR") or Path(__file__).resolve().parent.parent / "configs")

@@ -114,7 +114,9 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     _check_dtype(args, hw, device)
     if device == "cpu":
         args["use_cpu"] = True
-    run_name = str(user.get("run_name") or _default_run_name(str(stage), own.get("model_preset"), args["model_name_or_path"]))
+    run_name = str(
+        user.get("run_name") or _default_run_name(str(stage), own.get("model_preset"), args["model_name_or_path"])
+    )
     return ResolvedRun(
         stage=str(stage), run_name=run_name, hardware=hw, device=device, args=args, model_dims=dims, layers=layers
     )
@@ -123,7 +125,9 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
 def check_model(model: str) -> None:
     """A local directory with config.json, or a hub id already in the local cache (or reachable)."""
     path = Path(os.path.expanduser(model))
-    fix = "set MODEL_PATH (model_name_or_path) to a local model directory, or run `make demo` for the offline tiny model"
+    fix = (
+        "set MODEL_PATH (model_name_or_path) to a local model directory, or run `make demo` for the offline tiny model"
+    )
     if path.exists():
         if not (path / "config.json").is_file():
             raise MpskitError(f"model directory {model} has no config.json", fix)
@@ -174,7 +178,9 @@ def check_datasets(args: dict) -> None:
             )
         file_name = info[name].get("file_name")
         if file_name and not (dataset_dir / file_name).exists():
-            raise MpskitError(f"dataset '{name}' points at {dataset_dir / file_name}, which does not exist", "fix file_name")
+            raise MpskitError(
+                f"dataset '{name}' points at {dataset_dir / file_name}, which does not exist", "fix file_name"
+            )
 
 
 def absolute_paths(args: dict) -> dict:
@@ -192,7 +198,9 @@ def new_run_dir(run: ResolvedRun, root: str | Path = "output") -> Path:
     if run.args.get("output_dir"):
         path = Path(str(run.args["output_dir"])).expanduser()
         if path.exists() and any(path.iterdir()):
-            raise MpskitError(f"output_dir {path} already holds files", "choose a new output_dir; mpskit never overwrites a run")
+            raise MpskitError(
+                f"output_dir {path} already holds files", "choose a new output_dir; mpskit never overwrites a run"
+            )
         return path
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(root) / run.run_name / stamp
@@ -201,4 +209,3 @@ def new_run_dir(run: ResolvedRun, root: str | Path = "output") -> Path:
         suffix += 1
         path = Path(root) / run.run_name / f"{stamp}-{suffix}"
     return path
-

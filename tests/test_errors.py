@@ -1,0 +1,75 @@
+"""Bad inputs end with one line naming the problem and the fix, exit code 2, no traceback."""
+
+import pytest
+from conftest import ROOT, run_mpskit
+
+
+def assert_one_line_error(result, *needles):
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip() and "warning" not in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("mpskit: error:") and "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_unknown_key_suggests_the_closest(tiny_model):
+    result = run_mpskit("config", "stage=sft", f"model_name_or_path={tiny_model}", "template=qwen", "lora_rnak=4")
+    assert_one_line_error(result, "unknown key 'lora_rnak'", "did you mean 'lora_rank'")
+
+
+def test_missing_model_path_names_model_path_and_demo(tmp_path):
+    result = run_mpskit("config", "stage=sft", f"model_name_or_path={tmp_path / 'nope'}")
+    assert_one_line_error(result, "MODEL_PATH", "make demo")
+
+
+def test_unreachable_hub_id_names_model_path_and_demo():
+    result = run_mpskit("config", "stage=sft", "model_preset=qwen1.5-0.5b")
+    assert_one_line_error(result, "Qwen/Qwen1.5-0.5B", "MODEL_PATH", "make demo")
+
+
+def test_malformed_yaml(tmp_path):
+    bad = tmp_path / "run.yaml"
+    bad.write_text("stage: sft\n  lora_rank: [4\n")
+    result = run_mpskit("config", str(bad))
+    assert_one_line_error(result, "not valid YAML", "line")
+
+
+def test_dataset_missing_from_dataset_info(tiny_model):
+    result = run_mpskit("config", "stage=sft", f"model_name_or_path={tiny_model}", "dataset=nope")
+    assert_one_line_error(result, "dataset 'nope'", "dataset_info.json", "demo_sft")
+
+
+@pytest.mark.parametrize(
+    ("words", "needle"),
+    [
+        (["stage=sft", "model_preset=tiny", "--hardware", "m9-ultra"], "unknown hardware preset"),
+        (["stage=nonsense", "model_preset=tiny"], "unknown stages preset"),
+        (["stage=sft", "model_preset=qwen9"], "unknown models preset"),
+        (["model_preset=tiny"], "no stage given"),
+    ],
+)
+def test_unknown_presets(words, needle):
+    assert_one_line_error(run_mpskit("config", *words), needle)
+
+
+def test_train_refuses_an_existing_output_dir_and_leaves_it_alone(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("two hours of training")
+    result = run_mpskit("train", "stage=sft", f"model_name_or_path={tiny_model}", "template=qwen", f"output_dir={out}")
+    assert_one_line_error(result, "already holds files")
+    assert (out / "keep.txt").read_text() == "two hours of training" and len(list(out.iterdir())) == 1
+
+
+def test_help_is_fast_and_clean():
+    result = run_mpskit("--help")
+    assert result.returncode == 0 and "train" in result.stdout
+
+
+def test_config_writes_a_file(tiny_model, tmp_path):
+    out = tmp_path / "lf.yaml"
+    result = run_mpskit("config", "stage=dpo", f"model_name_or_path={tiny_model}", "template=qwen", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "stage: dpo" in out.read_text()
+    assert ROOT.as_posix() in out.read_text()  # dataset_dir made absolute

@@ -1,0 +1,77 @@
+import pytest
+
+from mpskit.errors import MpskitError
+from mpskit.hardware import (
+    Hardware,
+    bf16_is_fast,
+    bf16_supported,
+    describe,
+    detect,
+    fp16_supported,
+    load_hardware,
+    profile_names,
+)
+
+REQUIRED_PROFILES = {
+    "m1-8gb",
+    "m1-pro-16gb",
+    "m2-max-32gb",
+    "m3-max-64gb",
+    "m4-max-128gb",
+    "intel-mac",
+    "cpu",
+    "cuda-24gb",
+    "cuda-80gb",
+}
+
+
+def test_every_required_profile_loads():
+    assert REQUIRED_PROFILES <= set(profile_names())
+    for name in REQUIRED_PROFILES:
+        hw = load_hardware(name)
+        assert hw.name == name and hw.ram_gb > 0
+
+
+def test_devices_follow_the_kind():
+    assert load_hardware("m1-8gb").device == "mps"
+    assert load_hardware("intel-mac").device == "cpu"
+    assert load_hardware("cuda-24gb").device == "cuda"
+    assert load_hardware("cpu").device == "cpu"
+
+
+def mac(torch: str, macos: str, generation: int) -> Hardware:
+    return Hardware(
+        name="t", kind="apple-silicon", chip="M", ram_gb=16, chip_generation=generation, macos=macos, torch=torch
+    )
+
+
+@pytest.mark.parametrize(
+    ("torch", "macos", "generation", "bf16", "fast", "fp16"),
+    [
+        ("2.5.1", "14.5", 3, False, False, False),  # bf16 needs torch 2.6
+        ("2.6.0", "13.6", 3, False, False, False),  # ... and macOS 14
+        ("2.6.0", "14.0", 3, True, True, False),  # fp16 training needs GradScaler (2.8)
+        ("2.8.0", "14.5", 1, True, False, True),  # M1 emulates bf16: supported, not fast
+        ("2.8.0", "15.0", 2, True, False, True),
+        ("2.9.0", "15.0", 4, True, True, True),
+    ],
+)
+def test_dtype_version_rules(torch, macos, generation, bf16, fast, fp16):
+    hw = mac(torch, macos, generation)
+    assert (bf16_supported(hw), bf16_is_fast(hw), fp16_supported(hw)) == (bf16, fast, fp16)
+
+
+def test_intel_mac_says_why_in_detect_rows():
+    rows = dict(describe(load_hardware("intel-mac")))
+    assert "2.2.2" in rows["note"] and ">= 2.4" in rows["note"]
+
+
+def test_unknown_profile_suggests_the_closest():
+    with pytest.raises(MpskitError, match="did you mean 'm1-pro-16gb'"):
+        load_hardware("m1-pro-16")
+
+
+def test_detect_reports_this_machine():
+    hw = detect(probe_torch=True)
+    assert hw.kind in ("apple-silicon", "intel-mac", "cuda", "cpu")
+    assert hw.ram_gb > 0 and hw.torch and hw.llamafactory == "0.9.5"

@@ -1,0 +1,85 @@
+import pytest
+
+from mpskit.errors import MpskitError
+from mpskit.presets import merge, parse_overrides, translate_removed_keys
+from mpskit.resolve import resolve
+
+
+def test_overrides_accept_both_command_line_styles():
+    words = ["--stage", "dpo", "--pref_beta", "0.1", "lora_rank=4", "--fp16=false", "learning_rate=5e-3"]
+    assert parse_overrides(words) == {
+        "stage": "dpo",
+        "pref_beta": 0.1,
+        "lora_rank": 4,
+        "fp16": False,
+        "learning_rate": 0.005,
+    }
+
+
+def test_override_without_value_is_an_error():
+    with pytest.raises(MpskitError, match="--lora_rank has no value"):
+        parse_overrides(["--lora_rank"])
+
+
+def test_later_layers_win():
+    assert merge({"a": 1, "b": 1}, {"b": 2}, {"c": 3}) == {"a": 1, "b": 2, "c": 3}
+
+
+def test_removed_transformers_keys_are_translated_with_a_warning(capsys):
+    args = translate_removed_keys({"no_cuda": True, "use_mps_device": True, "gradient_checkpointing": False})
+    assert args == {"use_cpu": True, "disable_gradient_checkpointing": True}
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert len(warnings) == 3 and all(w.startswith("mpskit: warning:") for w in warnings)
+
+
+def test_user_values_win_over_every_preset():
+    run = resolve({"stage": "sft", "model_preset": "tiny", "lora_rank": 2, "cutoff_len": 64}, hardware="m1-8gb")
+    assert run.args["lora_rank"] == 2 and run.args["cutoff_len"] == 64
+    assert run.args["template"] == "qwen"  # from the model preset
+    assert run.args["stage"] == "sft"
+
+
+def test_hardware_pinned_args_beat_presets_but_not_the_user(tmp_path):
+    profile = tmp_path / "pinned.yaml"
+    profile.write_text("kind: apple-silicon\nchip: Apple M1\nram_gb: 8\nargs: {cutoff_len: 256, lora_rank: 4}\n")
+    run = resolve({"stage": "sft", "model_preset": "tiny", "lora_rank": 16}, hardware=str(profile))
+    assert run.args["cutoff_len"] == 256 and run.args["lora_rank"] == 16
+
+
+def test_intel_mac_runs_on_cpu_without_half_precision():
+    run = resolve({"stage": "dpo", "model_preset": "qwen1.5-0.5b"}, hardware="intel-mac")
+    assert run.device == "cpu" and run.hide_mps
+    assert run.args["use_cpu"] is True and not run.args["fp16"] and not run.args["bf16"]
+
+
+def test_m1_uses_fp32_and_no_loader_workers():
+    args = resolve({"stage": "sft", "model_preset": "qwen1.5-0.5b"}, hardware="m1-pro-16gb").args
+    assert args["dataloader_num_workers"] == 0 and args["dataloader_pin_memory"] is False
+    assert args["fp16"] is False and args["bf16"] is False
+    assert "use_cpu" not in args
+
+
+def test_m3_with_recent_torch_uses_bf16():
+    args = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b"}, hardware="m3-max-64gb").args
+    assert args["bf16"] is True and args["fp16"] is False
+
+
+def test_forced_cpu_on_a_mac_hides_mps():
+    run = resolve({"stage": "sft", "model_preset": "tiny", "device": "cpu"}, hardware="m1-pro-16gb")
+    assert run.device == "cpu" and run.hide_mps and run.args["use_cpu"] is True
+    assert "device" not in run.args
+
+
+def test_seed_no_cuda_means_cpu():
+    run = resolve({"stage": "sft", "model_preset": "tiny", "no_cuda": True}, hardware="m1-pro-16gb")
+    assert run.device == "cpu" and "no_cuda" not in run.args
+
+
+def test_fp16_on_cpu_is_refused():
+    with pytest.raises(MpskitError, match="fp16"):
+        resolve({"stage": "sft", "model_preset": "tiny", "fp16": True}, hardware="cpu")
+
+
+def test_cuda_profiles_use_bf16():
+    args = resolve({"stage": "sft", "model_preset": "qwen2.5-1.5b"}, hardware="cuda-80gb").args
+    assert args["bf16"] is True and "use_cpu" not in args
