@@ -143,15 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    if argv[:1] in (["train"], ["config"]) and any(w in ("-h", "--help") for w in argv[1:]):
+    run_commands = {"config": cmd_config, "train": cmd_train}
+    if argv[:1] and argv[0] in run_commands and any(w in ("-h", "--help") for w in argv[1:]):
         print("usage: " + USAGE_RUN)
         return 0
-    ns = parser.parse_args(argv)
     handlers = {"detect": cmd_detect, "env": cmd_env, "tiny-model": cmd_tiny_model, "demo": cmd_demo}
     try:
-        if ns.command in ("config", "train"):
-            return {"config": cmd_config, "train": cmd_train}[ns.command](ns.words)
+        if argv[:1] and argv[0] in run_commands:  # argparse cannot pass `--stage foodpo` words through
+            return run_commands[argv[0]](argv[1:])
+        ns = build_parser().parse_args(argv)
         return handlers[ns.command](ns)
     except MpskitError as err:
         print(f"mpskit: error: {err}", file=sys.stderr)

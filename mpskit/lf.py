@@ -29,9 +29,11 @@ def known_keys() -> set[str]:
     return {f.name for cls in classes for f in dataclasses.fields(cls) if f.init}
 
 
-def check_keys(args: dict, extra_allowed: tuple[str, ...] = ()) -> None:
-    """Fail on the first key LLaMA-Factory does not know, with the closest known key as a hint."""
-    keys = known_keys() | set(extra_allowed)
+def check_keys(args: dict) -> None:
+    """Fail on the first key LLaMA-Factory (or, for stage foodpo, fooDPO) does not know, with a hint."""
+    from mpskit.foodpo import FOODPO_KEYS
+
+    keys = known_keys() | (set(FOODPO_KEYS) if args.get("stage") == "foodpo" else set())
     for key in args:
         if key not in keys:
             close = difflib.get_close_matches(key, keys, n=1)
@@ -47,7 +49,26 @@ def write_yaml(args: dict, path: str | Path) -> Path:
 
 
 def run(args: dict, callbacks: list | None = None) -> None:
-    """Train through LLaMA-Factory's own entry point, exactly as `llamafactory-cli train` does."""
+    """Train through LLaMA-Factory's own entry point, exactly as `llamafactory-cli train` does.
+
+    Two narrow swaps first: trainer_log.jsonl keeps every logged metric, and `stage: foodpo` becomes
+    LLaMA-Factory's DPO workflow building the fooDPO trainer.
+    """
     from llamafactory.train.tuner import run_exp
 
-    run_exp(dict(args), callbacks=callbacks or [])
+    from mpskit import trainer_log
+
+    trainer_log.install()
+    args = dict(args)
+    is_foodpo = args.get("stage") == "foodpo"
+    if is_foodpo:
+        from mpskit import foodpo_trainer
+        from mpskit.foodpo import split_foodpo_args
+
+        args, config = split_foodpo_args(args)
+        foodpo_trainer.install(config)
+    run_exp(args, callbacks=callbacks or [])
+    if is_foodpo and args.get("output_dir"):
+        from mpskit.plots import plot_foodpo
+
+        plot_foodpo(args["output_dir"])

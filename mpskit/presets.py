@@ -92,6 +92,8 @@ def _scalar(text: str):
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    if isinstance(value, bool) and text.strip().lower() not in ("true", "false"):
+        return text  # YAML 1.1 reads no/yes/on/off as booleans; eval_strategy=no means "no"
     if isinstance(value, str):
         try:
             return float(value)  # YAML 1.1 reads 5e-3 as text; a command line means the number

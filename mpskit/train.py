@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from mpskit import lf
+from mpskit.foodpo import split_foodpo_args
 from mpskit.hardware import installed_version
 from mpskit.mps_env import env_for
 from mpskit.resolve import ResolvedRun, absolute_paths, check_datasets, check_model, new_run_dir
@@ -49,6 +50,8 @@ def prepare(run: ResolvedRun) -> ResolvedRun:
     """All checks that need no torch: model, datasets; then absolute paths for the written YAML."""
     check_model(str(run.args["model_name_or_path"]))
     check_datasets(run.args)
+    if run.stage == "foodpo":
+        split_foodpo_args(run.args)  # fail on bad fooDPO settings before anything loads
     run.args = absolute_paths(run.args)
     return run
 

@@ -6,13 +6,23 @@ from mpskit.resolve import resolve
 
 
 def test_overrides_accept_both_command_line_styles():
-    words = ["--stage", "dpo", "--pref_beta", "0.1", "lora_rank=4", "--fp16=false", "learning_rate=5e-3"]
+    words = [
+        "--stage",
+        "dpo",
+        "--pref_beta",
+        "0.1",
+        "lora_rank=4",
+        "--fp16=false",
+        "learning_rate=5e-3",
+        "eval_strategy=no",
+    ]
     assert parse_overrides(words) == {
         "stage": "dpo",
         "pref_beta": 0.1,
         "lora_rank": 4,
         "fp16": False,
         "learning_rate": 0.005,
+        "eval_strategy": "no",
     }
 
 

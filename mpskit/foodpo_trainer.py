@@ -1,0 +1,140 @@
+"""The fooDPO trainer: LLaMA-Factory's own DPO trainer with a per-example, detached beta.
+
+The prompt perplexity comes from the logits of the forward pass DPO already does (the chosen half
+of the batch), never from an extra pass. Imports torch and LLaMA-Factory.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+from llamafactory.extras.constants import IGNORE_INDEX
+from llamafactory.train.dpo import trainer as lf_dpo_trainer
+from llamafactory.train.dpo import workflow as lf_dpo_workflow
+
+from mpskit.errors import MpskitError
+from mpskit.foodpo import FooDPOConfig
+
+CustomDPOTrainer = lf_dpo_trainer.CustomDPOTrainer
+
+
+@torch.no_grad()
+def prompt_log_perplexity(
+    logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor, input_ids: torch.Tensor
+) -> torch.Tensor:
+    """Mean negative log-likelihood of each row's prompt tokens, shape (batch,).
+
+    A prompt token has label IGNORE_INDEX and attention mask 1; it is scored when the position
+    before it is a real token too (the first prompt token has no prediction; the prediction of the
+    first response token belongs to the response). Padding is found by the mask, not by token id.
+    Rows without scored prompt tokens get 0 (perplexity 1).
+    """
+    is_prompt = (labels == IGNORE_INDEX) & attention_mask.bool()
+    scored = is_prompt[:, 1:] & attention_mask[:, :-1].bool()
+    rows, positions = scored.nonzero(as_tuple=True)
+    selected = logits[rows, positions].float()  # predictions for tokens at positions + 1
+    targets = input_ids[rows, positions + 1]
+    nll = torch.logsumexp(selected, dim=-1) - selected.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    total = torch.zeros(labels.size(0), dtype=torch.float32, device=logits.device).index_add_(0, rows, nll)
+    count = scored.sum(dim=-1).clamp(min=1)
+    return total / count
+
+
+def dynamic_beta(log_ppl: torch.Tensor, pref_beta: float, config: FooDPOConfig) -> torch.Tensor:
+    """beta_i = pref_beta * scale * log(max(PPL_i, 1)), optionally clamped; no gradient."""
+    beta = pref_beta * config.pref_beta_scale * log_ppl.detach().clamp(min=0.0)
+    if config.beta_min is not None or config.beta_max is not None:
+        beta = beta.clamp(min=config.beta_min, max=config.beta_max)
+    return beta
+
+
+class FooDPOTrainer(CustomDPOTrainer):
+    """CustomDPOTrainer whose beta, during the loss, is one detached value per pair."""
+
+    def __init__(self, *args, foodpo: FooDPOConfig, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.foodpo = foodpo
+        self._log_ppl: dict[str, torch.Tensor] = {}
+
+    def concatenated_forward(self, model, batch, is_ref_model: bool = False):
+        labels, attention_mask, input_ids = batch["labels"], batch["attention_mask"], batch["input_ids"]
+        output = super().concatenated_forward(model, batch, is_ref_model=is_ref_model)
+        source = "reference" if is_ref_model else "policy"
+        if source == self.foodpo.ppl_source:
+            half = labels.size(0) // 2
+            self._log_ppl[source] = prompt_log_perplexity(
+                output["chosen_logits"], labels[:half], attention_mask[:half], input_ids[:half]
+            )
+        return output
+
+    def compute_preference_loss(self, *args, **kwargs):
+        if self.foodpo.pref_beta_scale == 0:  # exactly LLaMA-Factory's DPO
+            return super().compute_preference_loss(*args, **kwargs)
+        scalar_beta = self.beta
+        self.beta = dynamic_beta(self._log_ppl[self.foodpo.ppl_source], scalar_beta, self.foodpo)
+        try:
+            return super().compute_preference_loss(*args, **kwargs)
+        finally:
+            self.beta = scalar_beta
+
+    def get_batch_loss_metrics(self, model, batch, train_eval="train"):
+        loss, metrics = super().get_batch_loss_metrics(model, batch, train_eval)
+        log_ppl = self._log_ppl.pop(self.foodpo.ppl_source)
+        if self.foodpo.pref_beta_scale == 0:
+            beta = torch.full_like(log_ppl, self.beta)
+        else:
+            beta = dynamic_beta(log_ppl, self.beta, self.foodpo)
+        prefix = "eval_" if train_eval == "eval" else ""
+        metrics[f"{prefix}prompt_perplexity"] = log_ppl.exp().mean().item()
+        metrics[f"{prefix}log_prompt_perplexity"] = log_ppl.mean().item()
+        metrics[f"{prefix}dynamic_beta"] = beta.mean().item()
+        return loss, metrics
+
+
+def check_seam() -> None:
+    """The pinned LLaMA-Factory must still build its DPO trainer by name from dpo/trainer.py."""
+    source = inspect.getsource(lf_dpo_workflow.run_dpo)
+    needed = ("concatenated_forward", "compute_preference_loss", "get_batch_loss_metrics")
+    if "from .trainer import CustomDPOTrainer" not in source or not all(
+        hasattr(CustomDPOTrainer, name) for name in needed
+    ):
+        raise MpskitError(
+            "this LLaMA-Factory no longer builds its DPO trainer the way fooDPO hooks into",
+            "install the pinned llamafactory==0.9.5 (make install)",
+        )
+
+
+def install(config: FooDPOConfig) -> None:
+    """Make LLaMA-Factory's DPO workflow build the fooDPO trainer for this process."""
+    check_seam()
+    lf_dpo_trainer.CustomDPOTrainer = functools.partial(FooDPOTrainer, foodpo=config)
+
+
+def build_dpo_trainer(args: dict, foodpo: FooDPOConfig | None = None) -> CustomDPOTrainer:
+    """LLaMA-Factory's DPO trainer (or fooDPO's, given a config) built the way run_dpo builds it,
+    for measurements and tests that need the trainer object itself."""
+    from llamafactory.data import PairwiseDataCollatorWithPadding, get_dataset, get_template_and_fix_tokenizer
+    from llamafactory.hparams import get_train_args
+    from llamafactory.model import load_model, load_tokenizer
+
+    model_args, data_args, training_args, finetuning_args, _ = get_train_args(dict(args, stage="dpo"))
+    tokenizer_module = load_tokenizer(model_args)
+    template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
+    dataset_module = get_dataset(template, model_args, data_args, training_args, stage="rm", **tokenizer_module)
+    model = load_model(tokenizer_module["tokenizer"], model_args, finetuning_args, training_args.do_train)
+    collator = PairwiseDataCollatorWithPadding(
+        template=template, model=model, pad_to_multiple_of=8, label_pad_token_id=IGNORE_INDEX, **tokenizer_module
+    )
+    cls = CustomDPOTrainer if foodpo is None else functools.partial(FooDPOTrainer, foodpo=foodpo)
+    return cls(
+        model=model,
+        ref_model=None,
+        args=training_args,
+        finetuning_args=finetuning_args,
+        data_collator=collator,
+        callbacks=[],
+        **dataset_module,
+        **tokenizer_module,
+    )

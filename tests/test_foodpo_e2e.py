@@ -1,0 +1,95 @@
+"""fooDPO end to end through `mpskit train`, against LLaMA-Factory's own DPO."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, run_mpskit
+from test_e2e import FAST, assert_trained, losses
+
+pytestmark = pytest.mark.e2e
+SHORT = [*FAST, "max_steps=8", "logging_steps=1", "eval_strategy=no", "save_steps=1000"]
+
+
+def test_scale_zero_gives_exactly_llamafactory_dpo(tmp_path, tiny_model):
+    config = tmp_path / "dpo.yaml"
+    made = run_mpskit(
+        "config", "stage=dpo", f"model_name_or_path={tiny_model}", *SHORT, "-o", str(config), cwd=tmp_path
+    )
+    assert made.returncode == 0, made.stderr
+    cli = Path(sys.executable).parent / "llamafactory-cli"
+    done = subprocess.run([str(cli), "train", str(config)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    dpo_dir = Path(yaml.safe_load(config.read_text())["output_dir"])
+    dpo_dir = dpo_dir if dpo_dir.is_absolute() else tmp_path / dpo_dir
+
+    foo = run_mpskit(
+        "train", "stage=foodpo", "pref_beta_scale=0", f"model_name_or_path={tiny_model}", *SHORT, cwd=tmp_path
+    )
+    assert foo.returncode == 0, foo.stderr[-3000:]
+    foo_dir = (tmp_path / "output" / "foodpo-model" / "latest").resolve()
+
+    dpo_losses, foo_losses = losses(dpo_dir), losses(foo_dir)
+    assert len(dpo_losses) == len(foo_losses) == 8
+    assert foo_losses == pytest.approx(dpo_losses, abs=1e-6)
+
+
+def test_foodpo_learns_and_logs_its_beta(tmp_path, tiny_model):
+    result = run_mpskit(
+        "train", "stage=foodpo", "pref_beta_scale=0.2", f"model_name_or_path={tiny_model}", *FAST, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = (tmp_path / "output" / "foodpo-model" / "latest").resolve()
+    assert_trained(run_dir)
+    results = json.loads((run_dir / "all_results.json").read_text())
+    assert results["eval_rewards/accuracies"] > 0.5
+    rows = [json.loads(line) for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
+    train_rows = [row for row in rows if "loss" in row]
+    for row in train_rows:
+        assert {"prompt_perplexity", "log_prompt_perplexity", "dynamic_beta", "rewards/margins"} <= row.keys()
+        expected = 0.1 * 0.2 * max(row["log_prompt_perplexity"], 0)
+        assert row["dynamic_beta"] == pytest.approx(expected, rel=0.05)  # mean of products ~ product of means
+    assert (run_dir / "foodpo_beta_margin.png").stat().st_size > 10_000
+    written = yaml.safe_load((run_dir / "llamafactory.yaml").read_text())
+    assert written["stage"] == "foodpo" and written["pref_beta_scale"] == 0.2
+
+
+def test_plain_llamafactory_refuses_a_foodpo_yaml(tmp_path, tiny_model):
+    config = tmp_path / "foodpo.yaml"
+    made = run_mpskit(
+        "config", "stage=foodpo", f"model_name_or_path={tiny_model}", *SHORT, "-o", str(config), cwd=tmp_path
+    )
+    assert made.returncode == 0, made.stderr
+    cli = Path(sys.executable).parent / "llamafactory-cli"
+    done = subprocess.run([str(cli), "train", str(config)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0  # never a silent plain-DPO run
+
+
+def test_seed_command_line_style_is_accepted(tmp_path, tiny_model):
+    result = run_mpskit(
+        "config",
+        "--stage",
+        "foodpo",
+        "--pref_beta",
+        "0.1",
+        "--pref_beta_scale",
+        "0.05",
+        "--fp16",
+        "false",
+        "--use_mps_device",
+        "true",
+        "--model_name_or_path",
+        str(tiny_model),
+        "--template",
+        "qwen",
+        "--dataset_dir",
+        str(ROOT / "data"),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "use_mps_device" in result.stderr and "warning" in result.stderr
+    args = yaml.safe_load(result.stdout)
+    assert args["stage"] == "foodpo" and args["pref_beta_scale"] == 0.05 and "use_mps_device" not in args
