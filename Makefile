@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TINY   := output/tiny-model
 
-.PHONY: install test lint demo tiny-model sft-qwen dpo-qwen foodpo-qwen
+.PHONY: install test lint demo tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
 
 install: $(STAMP)
 
@@ -16,11 +16,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/ruff check mpskit tests data
+	$(BIN)/ruff check mpskit tests bench data
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check mpskit tests data
+	$(BIN)/ruff check mpskit tests bench data
 
 tiny-model: $(STAMP)
 	$(BIN)/mpskit tiny-model $(TINY)
@@ -33,3 +33,9 @@ sft-qwen: $(STAMP)
 
 dpo-qwen: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/run_dpo.sh
+
+foodpo-qwen: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/test_qwen_foodpo.sh
+
+compare-beta-scale: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/compare_foodpo_beta_scale.sh

@@ -116,6 +116,15 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     return run_demo(ns.hardware)
 
 
+def cmd_compare(ns: argparse.Namespace) -> int:
+    from mpskit.compare import compare
+
+    out = compare(ns.run_dirs, ns.out)
+    print((out / "comparison.md").read_text(), end="")
+    print(f"mpskit: wrote {out}/comparison.csv, comparison.md, comparison.png", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mpskit", description="LLM fine-tuning that fits: SFT, DPO, fooDPO.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,7 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tiny-model", help="build the offline demo model (random weights) into DIR")
     p.add_argument("directory")
     p.add_argument("--data", help="folder with the demo datasets (default: data/)")
-    p = sub.add_parser("demo", help="SFT then DPO on the tiny model, offline; prints a table")
+    p = sub.add_parser("compare", help="table (CSV, Markdown) and plot over finished DPO/fooDPO runs")
+    p.add_argument("--out", required=True, help="folder for comparison.csv, comparison.md, comparison.png")
+    p.add_argument("run_dirs", nargs="+")
+    p = sub.add_parser("demo", help="SFT, DPO, fooDPO on the tiny model, offline; prints a table")
     p.add_argument("--hardware")
     return parser
 
@@ -147,7 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] and argv[0] in run_commands and any(w in ("-h", "--help") for w in argv[1:]):
         print("usage: " + USAGE_RUN)
         return 0
-    handlers = {"detect": cmd_detect, "env": cmd_env, "tiny-model": cmd_tiny_model, "demo": cmd_demo}
+    handlers = {
+        "detect": cmd_detect,
+        "env": cmd_env,
+        "tiny-model": cmd_tiny_model,
+        "demo": cmd_demo,
+        "compare": cmd_compare,
+    }
     try:
         if argv[:1] and argv[0] in run_commands:  # argparse cannot pass `--stage foodpo` words through
             return run_commands[argv[0]](argv[1:])

@@ -14,7 +14,7 @@ from pathlib import Path
 from mpskit.errors import MpskitError
 
 TINY_DIR = Path("output/tiny-model")
-STAGES = ("sft", "dpo")
+STAGES = ("sft", "dpo", "foodpo")
 # Small enough for a 2-core CPU, large enough that DPO's held-out reward accuracy clearly moves.
 DEMO_ARGS = ["model_preset=tiny", "learning_rate=5e-3", "num_train_epochs=2", "cutoff_len=128"]
 

@@ -1,5 +1,6 @@
 """fooDPO end to end through `mpskit train`, against LLaMA-Factory's own DPO."""
 
+import csv
 import json
 import subprocess
 import sys
@@ -55,6 +56,14 @@ def test_foodpo_learns_and_logs_its_beta(tmp_path, tiny_model):
     assert (run_dir / "foodpo_beta_margin.png").stat().st_size > 10_000
     written = yaml.safe_load((run_dir / "llamafactory.yaml").read_text())
     assert written["stage"] == "foodpo" and written["pref_beta_scale"] == 0.2
+
+    compared = run_mpskit("compare", "--out", str(tmp_path / "cmp"), str(run_dir), cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    with open(tmp_path / "cmp" / "comparison.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert float(row["pref_beta_scale"]) == 0.2
+    assert float(row["eval_rewards/accuracies"]) == results["eval_rewards/accuracies"]
+    assert (tmp_path / "cmp" / "comparison.png").is_file() and "| foodpo |" in compared.stdout
 
 
 def test_plain_llamafactory_refuses_a_foodpo_yaml(tmp_path, tiny_model):

@@ -1,0 +1,76 @@
+"""`mpskit compare`: a table (CSV and Markdown) and one plot over finished DPO / fooDPO runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+from mpskit.demo import read_log
+from mpskit.errors import MpskitError
+
+COLUMNS = ("run", "stage", "pref_beta_scale", "final_train_loss", "eval_rewards/accuracies",
+           "eval_rewards/margins", "mean_dynamic_beta")  # fmt: skip
+
+
+def summarise_run(run_dir: Path) -> dict:
+    try:
+        record = json.loads((run_dir / "mpskit.json").read_text())
+        results = json.loads((run_dir / "all_results.json").read_text())
+    except FileNotFoundError as err:
+        raise MpskitError(f"{run_dir} is not a finished mpskit run ({Path(err.filename).name} missing)", "") from err
+    args = record["llamafactory_args"]
+    train_rows = [row for row in read_log(run_dir) if "loss" in row]
+    betas = [row["dynamic_beta"] for row in train_rows if "dynamic_beta" in row]
+    return {
+        "run": run_dir.parent.name,
+        "stage": record["stage"],
+        "pref_beta_scale": args.get("pref_beta_scale", 0.0) if record["stage"] == "foodpo" else "-",
+        "final_train_loss": train_rows[-1]["loss"] if train_rows else float("nan"),
+        "eval_rewards/accuracies": results.get("eval_rewards/accuracies"),
+        "eval_rewards/margins": results.get("eval_rewards/margins"),
+        "mean_dynamic_beta": statistics.fmean(betas) if betas else args.get("pref_beta"),
+        "_losses": [(row["current_steps"], row["loss"]) for row in train_rows],
+    }
+
+
+def _cell(value) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def compare(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
+    runs = [summarise_run(Path(d).resolve()) for d in run_dirs]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "comparison.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(COLUMNS)
+        writer.writerows([[run[c] for c in COLUMNS] for run in runs])
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cell(run[c]) for c in COLUMNS) + " |" for run in runs]
+    (out / "comparison.md").write_text("\n".join(lines) + "\n")
+    _plot(runs, out / "comparison.png")
+    return out
+
+
+def _plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (loss_axis, bar_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    labels = [run["stage"] if run["stage"] == "dpo" else f"scale {run['pref_beta_scale']}" for run in runs]
+    for run, label in zip(runs, labels, strict=True):
+        steps, losses = zip(*run["_losses"], strict=True) if run["_losses"] else ((), ())
+        loss_axis.plot(steps, losses, label=label)
+    loss_axis.set_xlabel("step")
+    loss_axis.set_ylabel("train loss")
+    loss_axis.legend()
+    bar_axis.bar(labels, [run["eval_rewards/margins"] or 0.0 for run in runs], color="tab:orange")
+    bar_axis.set_ylabel("held-out reward margin")
+    fig.suptitle("DPO vs fooDPO by pref_beta_scale")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
