@@ -73,24 +73,22 @@ def test_a_second_run_never_touches_the_first(tmp_path, tiny_model):
     assert second != first and sorted(p.name for p in first.iterdir()) == before
 
 
-@pytest.mark.parametrize("stage", ["sft", "dpo"])
-def test_written_yaml_runs_unchanged_with_llamafactory_cli(tmp_path, tiny_model, stage):
-    config = tmp_path / f"{stage}.yaml"
-    result = run_mpskit(
-        "config",
-        f"stage={stage}",
-        f"model_name_or_path={tiny_model}",
-        *FAST,
-        "num_train_epochs=1",
-        "-o",
-        str(config),
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
+def llamafactory_cli_train(tmp_path: Path, *words: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """`mpskit config WORDS -o x.yaml`, then plain `llamafactory-cli train x.yaml`; (result, output_dir)."""
+    config = tmp_path / "llamafactory.yaml"
+    made = run_mpskit("config", *words, "-o", str(config), cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
     cli = Path(sys.executable).parent / "llamafactory-cli"
     done = subprocess.run([str(cli), "train", str(config)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
     out = Path(yaml.safe_load(config.read_text())["output_dir"])
-    out = out if out.is_absolute() else tmp_path / out
+    return done, out if out.is_absolute() else tmp_path / out
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo"])
+def test_written_yaml_runs_unchanged_with_llamafactory_cli(tmp_path, tiny_model, stage):
+    done, out = llamafactory_cli_train(
+        tmp_path, f"stage={stage}", f"model_name_or_path={tiny_model}", *FAST, "num_train_epochs=1"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "adapter_model.safetensors").is_file()
     assert all(math.isfinite(x) for x in losses(out))

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,23 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT, run_mpskit
-from test_e2e import FAST, assert_trained, losses
+from test_e2e import FAST, assert_trained, llamafactory_cli_train, losses
 
 pytestmark = pytest.mark.e2e
 SHORT = [*FAST, "max_steps=8", "logging_steps=1", "eval_strategy=no", "save_steps=1000"]
 
 
 def test_scale_zero_gives_exactly_llamafactory_dpo(tmp_path, tiny_model):
-    config = tmp_path / "dpo.yaml"
-    made = run_mpskit(
-        "config", "stage=dpo", f"model_name_or_path={tiny_model}", *SHORT, "-o", str(config), cwd=tmp_path
-    )
-    assert made.returncode == 0, made.stderr
-    cli = Path(sys.executable).parent / "llamafactory-cli"
-    done = subprocess.run([str(cli), "train", str(config)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    done, dpo_dir = llamafactory_cli_train(tmp_path, "stage=dpo", f"model_name_or_path={tiny_model}", *SHORT)
     assert done.returncode == 0, done.stderr[-3000:]
-    dpo_dir = Path(yaml.safe_load(config.read_text())["output_dir"])
-    dpo_dir = dpo_dir if dpo_dir.is_absolute() else tmp_path / dpo_dir
 
     foo = run_mpskit(
         "train", "stage=foodpo", "pref_beta_scale=0", f"model_name_or_path={tiny_model}", *SHORT, cwd=tmp_path
@@ -67,14 +60,36 @@ def test_foodpo_learns_and_logs_its_beta(tmp_path, tiny_model):
 
 
 def test_plain_llamafactory_refuses_a_foodpo_yaml(tmp_path, tiny_model):
-    config = tmp_path / "foodpo.yaml"
-    made = run_mpskit(
-        "config", "stage=foodpo", f"model_name_or_path={tiny_model}", *SHORT, "-o", str(config), cwd=tmp_path
-    )
-    assert made.returncode == 0, made.stderr
-    cli = Path(sys.executable).parent / "llamafactory-cli"
-    done = subprocess.run([str(cli), "train", str(config)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    done, _ = llamafactory_cli_train(tmp_path, "stage=foodpo", f"model_name_or_path={tiny_model}", *SHORT)
     assert done.returncode != 0  # never a silent plain-DPO run
+
+
+def test_foodpo_script_runs_with_its_knobs(tmp_path, tiny_model):
+    knobs = {
+        "MODEL_PATH": str(tiny_model),
+        "MODEL_PRESET": "tiny",
+        "DATASET_DIR": str(ROOT / "data"),
+        "BETA_SCALE": "0.1",
+        "MAX_SEQ_LEN": "128",
+        "LORA_RANK": "4",
+        "LR": "5e-3",
+        "RUN_NAME": "script",
+    }
+    script = ROOT / "scripts" / "test_qwen_foodpo.sh"
+    done = subprocess.run(
+        ["bash", str(script), "max_steps=4", "logging_steps=1", "eval_strategy=no"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, **knobs, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = yaml.safe_load((tmp_path / "output" / "script" / "latest" / "llamafactory.yaml").read_text())
+    assert (written["stage"], written["pref_beta_scale"], written["lora_rank"], written["cutoff_len"]) == (
+        "foodpo",
+        0.1,
+        4,
+        128,
+    )
+    assert losses(tmp_path / "output" / "script" / "latest")
 
 
 def test_seed_command_line_style_is_accepted(tmp_path, tiny_model):
