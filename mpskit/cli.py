@@ -10,9 +10,12 @@ from pathlib import Path
 from mpskit.errors import MpskitError
 
 USAGE_RUN = (
-    "mpskit {train,config} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] [-o FILE]\n"
+    "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] [-o FILE] [--json]\n"
     "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
-    "  model_preset (configs/models), hardware (configs/hardware), device (auto|mps|cuda|cpu), run_name."
+    "  model_preset (configs/models), hardware (configs/hardware), device (auto|mps|cuda|cpu), run_name,\n"
+    "  memory_budget_gb (instead of the hardware's budget), min_cutoff_len (the planner's floor).\n"
+    "  Batch size, accumulation, checkpointing, LoRA rank, cutoff_len, dtype and flash_attn left unset or\n"
+    "  set to `auto` are the planner's to choose; `mpskit plan` shows its choice."
 )
 
 
@@ -94,6 +97,21 @@ def cmd_config(words: list[str]) -> int:
     return 0
 
 
+def cmd_plan(words: list[str]) -> int:
+    """The memory plan for a run; no torch import, so it answers at once."""
+    from mpskit.plan_report import plan_as_dict, plan_lines
+    from mpskit.planner import plan_run
+
+    as_json = "--json" in words
+    run, _ = _resolve_from_words([w for w in words if w != "--json"])
+    memory_plan = plan_run(run)
+    if as_json:
+        print(json.dumps(plan_as_dict(run, memory_plan), indent=2))
+    else:
+        print("\n".join(plan_lines(run, memory_plan)))
+    return 0
+
+
 def cmd_train(words: list[str]) -> int:
     from mpskit.train import train
 
@@ -108,6 +126,12 @@ def cmd_tiny_model(ns: argparse.Namespace) -> int:
     out = build_tiny_model(ns.directory, ns.data)
     print(f"mpskit: tiny model written to {out}")
     return 0
+
+
+def cmd_doctor(ns: argparse.Namespace) -> int:
+    from mpskit.doctor import run_doctor
+
+    return run_doctor(ns.hardware, ns.model)
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -137,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "detect":
             p.add_argument("--json", action="store_true")
     for name, helptext in (
+        ("plan", "memory estimate, budget and the fastest setting that fits (--json for scripts)"),
         ("config", "write the LLaMA-Factory YAML for a run (-o FILE, or stdout)"),
         ("train", "train through LLaMA-Factory's run_exp; writes output/<run>/<timestamp>/"),
     ):
@@ -148,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="table (CSV, Markdown) and plot over finished DPO/fooDPO runs")
     p.add_argument("--out", required=True, help="folder for comparison.csv, comparison.md, comparison.png")
     p.add_argument("run_dirs", nargs="+")
+    p = sub.add_parser("doctor", help="versions, MPS settings, and the memory model against measured steps")
+    p.add_argument("--hardware")
+    p.add_argument("--model", help="a local model directory (default: a freshly built tiny model)")
     p = sub.add_parser("demo", help="SFT, DPO, fooDPO on the tiny model, offline; prints a table")
     p.add_argument("--hardware")
     return parser
@@ -155,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    run_commands = {"config": cmd_config, "train": cmd_train}
+    run_commands = {"plan": cmd_plan, "config": cmd_config, "train": cmd_train}
     if argv[:1] and argv[0] in run_commands and any(w in ("-h", "--help") for w in argv[1:]):
         print("usage: " + USAGE_RUN)
         return 0
@@ -164,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         "env": cmd_env,
         "tiny-model": cmd_tiny_model,
         "demo": cmd_demo,
+        "doctor": cmd_doctor,
         "compare": cmd_compare,
     }
     try:

@@ -48,15 +48,22 @@ def write_yaml(args: dict, path: str | Path) -> Path:
     return path
 
 
+def import_engine():
+    """Import LLaMA-Factory's training entry point (and with it torch, transformers, peft, trl)."""
+    from llamafactory.train.tuner import run_exp
+
+    return run_exp
+
+
 def run(args: dict, callbacks: list | None = None) -> None:
     """Train through LLaMA-Factory's own entry point, exactly as `llamafactory-cli train` does.
 
     Two narrow swaps first: trainer_log.jsonl keeps every logged metric, and `stage: foodpo` becomes
     LLaMA-Factory's DPO workflow building the fooDPO trainer.
     """
-    from llamafactory.train.tuner import run_exp
-
     from mpskit import trainer_log
+
+    run_exp = import_engine()
 
     trainer_log.install()
     args = dict(args)

@@ -32,3 +32,40 @@ def plot_foodpo(run_dir: str | Path) -> Path | None:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def plot_memory(
+    run_dir: Path, samples: list[tuple[float, int]], measured: dict, predicted_gb: float | None, budget_gb: float | None
+) -> Path | None:
+    """Memory over the run, above the framework's baseline, with the prediction and the budget."""
+    if not samples:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    baseline = measured["baseline_gb"]
+    fig, axis = plt.subplots(figsize=(7, 4))
+    axis.plot(
+        [t for t, _ in samples], [b / 1024**3 - baseline for _, b in samples], label=f"measured ({measured['device']})"
+    )
+    axis.axhline(
+        measured["training_gb"],
+        color="tab:blue",
+        linestyle=":",
+        label=f"measured peak {measured['training_gb']:.2f} GB",
+    )
+    if predicted_gb:
+        axis.axhline(predicted_gb, color="tab:orange", linestyle="--", label=f"predicted {predicted_gb:.2f} GB")
+    if budget_gb:
+        axis.axhline(budget_gb, color="tab:red", label=f"budget {budget_gb:.2f} GB")
+    axis.set_xlabel("seconds")
+    axis.set_ylabel("GB above the imported framework")
+    axis.set_title(f"memory: {Path(run_dir).name}")
+    axis.legend(loc="lower right")
+    fig.tight_layout()
+    out = Path(run_dir) / "memory.png"
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

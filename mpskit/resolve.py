@@ -16,8 +16,19 @@ from mpskit.errors import MpskitError
 from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
 from mpskit.presets import load_yaml, merge, preset_names, resolve_preset_file, translate_removed_keys
 
-# mpskit's own keys: they choose presets and devices and never reach LLaMA-Factory.
-MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name")
+# mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
+MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len")
+# Knobs the planner may move unless the user or the hardware profile pins them (`auto` leaves them free).
+PLANNER_KEYS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "disable_gradient_checkpointing",
+    "lora_rank",
+    "cutoff_len",
+    "bf16",
+    "fp16",
+    "flash_attn",
+)
 DEVICES = ("auto", "mps", "cuda", "cpu")
 
 
@@ -30,6 +41,8 @@ class ResolvedRun:
     args: dict  # exactly what LLaMA-Factory reads
     model_dims: dict = field(default_factory=dict)
     layers: list[str] = field(default_factory=list)
+    pinned: set[str] = field(default_factory=set)  # PLANNER_KEYS the user or the hardware profile set
+    limits: dict = field(default_factory=dict)  # memory_budget_gb, min_cutoff_len
 
     @property
     def hide_mps(self) -> bool:
@@ -92,6 +105,10 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     """Merge presets and the user's choices into one run. `user` is the run file plus overrides."""
     user = translate_removed_keys(user)
     own = {key: user.pop(key) for key in MPSKIT_KEYS if key in user and key != "run_name"}
+    for key in [key for key, value in user.items() if value == "auto"]:
+        if key not in PLANNER_KEYS:
+            raise MpskitError(f"'{key}: auto' is not a planner knob", f"auto works for {', '.join(PLANNER_KEYS)}")
+        del user[key]
     stage = user.get("stage")
     if not stage:
         raise MpskitError("no stage given", f"add stage=... (one of {', '.join(preset_names('stages'))})")
@@ -118,8 +135,29 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
         user.get("run_name") or _default_run_name(str(stage), own.get("model_preset"), args["model_name_or_path"])
     )
     return ResolvedRun(
-        stage=str(stage), run_name=run_name, hardware=hw, device=device, args=args, model_dims=dims, layers=layers
+        stage=str(stage),
+        run_name=run_name,
+        hardware=hw,
+        device=device,
+        args=args,
+        model_dims=dims,
+        layers=layers,
+        pinned={key for key in PLANNER_KEYS if key in user or key in hw.args},
+        limits=_limits(own),
     )
+
+
+def _limits(own: dict) -> dict:
+    limits = {}
+    for key, kind, smallest in (("memory_budget_gb", float, 0.0), ("min_cutoff_len", int, 1)):
+        if key in own:
+            value = own[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= smallest:
+                raise MpskitError(
+                    f"{key}={value!r} is not a positive number", f"set {key} to a number above {smallest:g}"
+                )
+            limits[key] = kind(value)
+    return limits
 
 
 def check_model(model: str) -> None:

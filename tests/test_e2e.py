@@ -59,6 +59,27 @@ def test_run_directory_records_what_was_chosen(sft_run):
     assert (sft_run.parent / "latest").is_symlink()
 
 
+def test_the_planner_chose_the_free_knobs_and_the_monitor_measured_them(sft_run):
+    record = json.loads((sft_run / "mpskit.json").read_text())
+    memory = record["memory"]
+    written = yaml.safe_load((sft_run / "llamafactory.yaml").read_text())
+    # the stage preset asks for batch 4 x accumulation 2; the tiny model fits anything, so the planner
+    # takes the whole effective batch at once without checkpointing
+    assert written["per_device_train_batch_size"] * written["gradient_accumulation_steps"] == 8
+    assert written["disable_gradient_checkpointing"] is True
+    assert memory["planner_changes"] and memory["predicted"]["training_gb"] <= memory["budget_gb"]
+    measured = memory["measured"]
+    assert measured["device"] == "cpu" and 0 < measured["training_gb"] < 2
+    assert measured["peak_gb"] >= measured["baseline_gb"] + measured["training_gb"] - 1e-3
+    assert memory["error"] == pytest.approx(
+        (memory["predicted"]["training_gb"] - measured["training_gb"]) / measured["training_gb"], abs=1e-3
+    )
+    rows = [json.loads(line) for line in (sft_run / "trainer_log.jsonl").read_text().splitlines()]
+    peaks = [row["memory_peak_gb"] for row in rows if "loss" in row]
+    assert peaks and all(measured["baseline_gb"] < peak <= measured["peak_gb"] + 1e-3 for peak in peaks)
+    assert (sft_run / "memory.png").stat().st_size > 10_000
+
+
 def test_dpo_learns_the_held_out_preference(dpo_run):
     assert_trained(dpo_run)
     results = json.loads((dpo_run / "all_results.json").read_text())

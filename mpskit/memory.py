@@ -1,0 +1,211 @@
+"""Peak training memory, estimated before anything loads. Pure Python: no torch import.
+
+The estimate is a breakdown in bytes of what one optimizer step holds at its peak: frozen weights,
+LoRA weights with their gradients and AdamW states, the activations autograd saves per decoder
+layer, the float32 logits and log-softmax over the vocabulary (large for Qwen's 151,936 tokens), the
+reference forward of DPO/fooDPO, and a fixed overhead. It counts what a Qwen2 decoder layer saves for
+backward in transformers 5 with peft LoRA; the constants marked "calibrated" come from
+`bench/memory_accuracy.py` on this project's CPU reference machine and are published with their error.
+
+`training` is the memory the run adds on top of an imported framework; `framework` is that import
+footprint (torch, transformers, LLaMA-Factory), which counts against RAM but not against a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GB = 1024**3
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+ATTENTION = ("sdpa", "eager")
+FINETUNING = ("lora", "full")
+
+# Calibrated: a least-squares fit of measured over counted bytes across bench/memory_accuracy.py's
+# 27 cases (CPU, float32, glibc malloc). Saved activations cost 1.44x their tensor bytes (many
+# MB-sized tensors held at once: allocator rounding and fragmentation, small tensors the count leaves
+# out); weights and the other per-parameter parts 1.13x; plus a fixed cost per run beyond the
+# tensors (tokenizer, dataset, trainer). The vocabulary-sized buffers came out at 1.02x, i.e. exact.
+ACTIVATION_FACTOR = 1.44
+WEIGHT_FACTOR = 1.13
+RUN_OVERHEAD_BYTES = int(0.06 * GB)
+# RSS of a process that has imported torch, transformers, peft, trl and LLaMA-Factory (0.89 GB in
+# every bench case, Linux, torch 2.14); it counts against RAM, not against a GPU.
+FRAMEWORK_BYTES = int(0.9 * GB)
+# Vocabulary-sized float32 buffers alive at the step's peak. SFT (transformers' loss): in the backward
+# through the log-softmax, its saved output, the incoming gradient and the outgoing one (3). DPO
+# (LLaMA-Factory's get_batch_logps takes the log-softmax of the view logits[:, :-1], which makes a
+# contiguous copy first): during the reference forward the policy's logits and saved log-softmax
+# (2) plus the reference's logits, copy and log-softmax (3).
+LOGIT_COPIES = {"sft": 3, "dpo": 5}
+# Transient buffers in one layer's backward: gradients of the MLP's ffn-wide tensors, and with eager
+# attention the float32 heads x s x s gradients of the probabilities and of the scores.
+MLP_GRADIENT_COPIES = 2
+ATTENTION_GRADIENT_COPIES = 2
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The shapes that decide memory. `vocab` is the embedding size, not the tokenizer's length."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    tied_embeddings: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def layer_params(self) -> int:
+        """q/k/v with bias (Qwen2), o, gate/up/down, two RMSNorm weights."""
+        h, kv, f = self.hidden, self.kv_dim, self.ffn
+        return (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * f + 2 * h
+
+    def params(self) -> int:
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * self.layer_params() + embeddings + self.hidden
+
+    def lora_params(self, rank: int) -> int:
+        """LoRA on all seven linear layers (lora_target: all): rank x (in + out) each."""
+        h, kv, f = self.hidden, self.kv_dim, self.ffn
+        per_layer = (h + h) + 2 * (h + kv) + (h + h) + 2 * (h + f) + (f + h)
+        return self.layers * rank * per_layer
+
+
+def dims_from_mapping(data: dict) -> ModelDims:
+    """From a preset's `dims:` (hidden, layers, ...) or a Hugging Face config.json (hidden_size, ...)."""
+    hf = {
+        "hidden_size": "hidden",
+        "num_hidden_layers": "layers",
+        "num_attention_heads": "heads",
+        "num_key_value_heads": "kv_heads",
+        "intermediate_size": "ffn",
+        "vocab_size": "vocab",
+        "tie_word_embeddings": "tied_embeddings",
+    }
+    values = {hf.get(key, key): value for key, value in data.items()}
+    values.setdefault("kv_heads", values.get("heads"))
+    names = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
+    missing = [name for name in names if not isinstance(values.get(name), int)]
+    if missing:
+        raise ValueError(f"model dims lack {', '.join(missing)}")
+    return ModelDims(*(values[name] for name in names), tied_embeddings=bool(values.get("tied_embeddings", True)))
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The settings memory depends on; the planner searches over these."""
+
+    batch: int  # per-device micro-batch (sequences; DPO pairs)
+    cutoff_len: int
+    lora_rank: int = 8
+    checkpointing: bool = True  # LLaMA-Factory's default
+    dtype: str = "fp32"
+    attention: str = "sdpa"
+    finetuning: str = "lora"
+
+
+@dataclass
+class Estimate:
+    parts: dict[str, int] = field(default_factory=dict)  # name -> bytes, in the order they build up
+    framework: int = 0
+
+    @property
+    def training(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def total(self) -> int:
+        return self.training + self.framework
+
+    def as_dict(self) -> dict:
+        return {
+            "parts_gb": {name: round(value / GB, 3) for name, value in self.parts.items()},
+            "training_gb": round(self.training / GB, 3),
+            "framework_gb": round(self.framework / GB, 3),
+        }
+
+
+def sequences_per_step(stage: str, batch: int) -> int:
+    """DPO and fooDPO run chosen and rejected answers of each pair as one concatenated batch."""
+    return 2 * batch if stage in ("dpo", "foodpo") else batch
+
+
+def attention_fused(attention: str, device: str) -> bool:
+    """Whether the b x heads x s x s probabilities are never saved (DESIGN.md: MPS SDPA is math)."""
+    return attention == "sdpa" and device in ("cpu", "cuda")
+
+
+def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool) -> tuple[int, int]:
+    """(16/32-bit elements, float32 elements) one decoder layer saves for backward, per token.
+
+    Counted for transformers 5's Qwen2 layer with peft LoRA and frozen base weights:
+    two RMSNorms save their input and output (4h), SDPA saves q, k, v (k and v repeated to all heads
+    when a padding mask is present) and its output (4h), the SwiGLU MLP saves gate, SiLU(gate), up
+    and their product (4 ffn), each LoRA adapter its rank-r projection (7r). Eager attention adds
+    the softmax probabilities in float32 (heads x s per token), plus a copy in the compute dtype.
+    """
+    elements = 8 * dims.hidden + 4 * dims.ffn + 7 * knobs.lora_rank
+    fp32_elements = 0
+    if not fused:
+        probabilities = dims.heads * knobs.cutoff_len
+        fp32_elements += probabilities
+        if knobs.dtype != "fp32":
+            elements += probabilities
+    return elements, fp32_elements
+
+
+def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "cpu") -> Estimate:
+    """What is alive at the peak of one training step, part by part.
+
+    The peak is at one of two moments: where the vocabulary-sized float32 buffers live (SFT's
+    backward through the log-softmax; DPO's reference forward while the policy's logits are held),
+    or in the backward of one decoder layer (recomputed activations with checkpointing, and the
+    gradients of the attention probabilities with eager attention). The larger one is reported.
+    """
+    width = DTYPE_BYTES[knobs.dtype]
+    sequences = sequences_per_step(stage, knobs.batch)
+    tokens = sequences * knobs.cutoff_len
+    params = dims.params()
+    parts: dict[str, int] = {"weights": int(WEIGHT_FACTOR * params * width)}
+
+    trainable = dims.lora_params(knobs.lora_rank) if knobs.finetuning == "lora" else params
+    # Trainable parameters are kept in float32 (LLaMA-Factory upcasts them); AdamW keeps two moments.
+    per_parameter = int(WEIGHT_FACTOR * trainable * 4)
+    if knobs.finetuning == "lora":
+        parts["lora weights"] = per_parameter
+    parts["gradients"] = per_parameter
+    parts["optimizer (AdamW)"] = 2 * per_parameter
+
+    fused = attention_fused(knobs.attention, device)
+    elements, fp32_elements = layer_activation_elements(dims, knobs, fused)
+    layer_bytes = int(ACTIVATION_FACTOR * tokens * (elements * width + fp32_elements * 4))
+    if knobs.checkpointing:  # each layer keeps only its input
+        parts["activations"] = int(ACTIVATION_FACTOR * dims.layers * tokens * dims.hidden * width)
+    else:
+        parts["activations"] = dims.layers * layer_bytes
+
+    logit_buffer = tokens * dims.vocab * 4
+    logit_parts = (
+        {"logits (float32)": 2 * logit_buffer, "reference forward": (LOGIT_COPIES["dpo"] - 2) * logit_buffer}
+        if stage in ("dpo", "foodpo")
+        else {"logits (float32)": LOGIT_COPIES["sft"] * logit_buffer}
+    )
+    workspace = tokens * dims.ffn * width * MLP_GRADIENT_COPIES
+    if not fused:
+        workspace += sequences * dims.heads * knobs.cutoff_len**2 * 4 * ATTENTION_GRADIENT_COPIES
+    if knobs.checkpointing:
+        workspace += layer_bytes
+    if sum(logit_parts.values()) >= workspace:
+        parts.update(logit_parts)
+    else:
+        parts["layer backward"] = workspace
+    parts["overhead"] = int(RUN_OVERHEAD_BYTES)
+    return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES))

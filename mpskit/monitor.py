@@ -1,0 +1,112 @@
+"""Live memory of a training run: a TrainerCallback that samples in a background thread.
+
+What it reads, per device: CUDA's own peak counter (`max_memory_allocated`); on MPS, which has no
+peak API, `driver_allocated_memory` sampled every few milliseconds; on the CPU the process's RSS,
+with the kernel's exact high-water mark (`ru_maxrss`) so no short spike is missed. The baseline is
+taken when the monitor is made, after the framework is imported and before the model loads, so
+`training` is what the run itself adds; `loaded` is what the model added before the first step. It
+also keeps each optimizer step's wall time, for throughput.
+"""
+
+from __future__ import annotations
+
+import itertools
+import resource
+import sys
+import threading
+import time
+
+import psutil
+from transformers import TrainerCallback
+
+GB = 1024**3
+
+
+def _max_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+
+
+def memory_reader(device: str):
+    """(read current bytes, read peak-so-far bytes or None) for the device."""
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
+    if device == "mps":
+        return torch.mps.driver_allocated_memory, None
+    process = psutil.Process()
+    return (lambda: process.memory_info().rss), _max_rss_bytes
+
+
+class MemoryMonitor(TrainerCallback):
+    def __init__(self, device: str, interval_s: float = 0.02) -> None:
+        self.device = device
+        self._read, self._read_peak = memory_reader(device)
+        self.baseline = self._read()
+        self.samples: list[tuple[float, int]] = []  # (seconds since start, bytes), one per 0.25 s at most
+        self.peak = self.baseline
+        self.loaded = self.baseline  # after the model loads, before the first step
+        self.step_ends: list[float] = []
+        self._interval_peak = self.baseline
+        self._last_exact = self._read_peak() if self._read_peak else 0
+        self._started = time.perf_counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def _sample(self, interval_s: float) -> None:
+        last_kept = -1.0
+        while not self._stop.wait(interval_s):
+            self._observe(self._read(), keep_after=last_kept + 0.25)
+            if self.samples:
+                last_kept = self.samples[-1][0]
+
+    def _observe(self, value: int, keep_after: float = 0.0) -> None:
+        now = time.perf_counter() - self._started
+        self._interval_peak = max(self._interval_peak, value)
+        self.peak = max(self.peak, value)
+        if now >= keep_after:
+            self.samples.append((now, value))
+
+    def _exact_peak(self) -> None:
+        """Counts the device's own high-water mark when it rose since the last look."""
+        if self._read_peak is not None:
+            value = self._read_peak()
+            if value > self._last_exact:
+                self._observe(value)
+                self._last_exact = value
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.loaded = self._read()
+        self.step_ends.append(time.perf_counter())
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.step_ends.append(time.perf_counter())
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """Adds `memory_peak_gb` (since the previous log) to the entry trainer_log.jsonl writes."""
+        self._exact_peak()
+        peak_gb = round(self._interval_peak / GB, 4)
+        if state.log_history:
+            state.log_history[-1]["memory_peak_gb"] = peak_gb
+        if logs is not None:
+            logs["memory_peak_gb"] = peak_gb
+        self._interval_peak = self._read()
+        return control
+
+    def stop(self) -> dict:
+        """Stop sampling; the measured figures in GB."""
+        self._stop.set()
+        self._thread.join()
+        self._exact_peak()
+        return {
+            "device": self.device,
+            "baseline_gb": round(self.baseline / GB, 4),
+            "peak_gb": round(self.peak / GB, 4),
+            "training_gb": round((self.peak - self.baseline) / GB, 4),
+            "loaded_gb": round((self.loaded - self.baseline) / GB, 4),
+            "step_seconds": [round(b - a, 4) for a, b in itertools.pairwise(self.step_ends)],
+        }

@@ -1,0 +1,80 @@
+"""`mpskit plan` output: the estimate's breakdown, the budget, the verdict, the choice, alternatives."""
+
+from __future__ import annotations
+
+from mpskit.memory import GB, Knobs
+from mpskit.planner import Option, Plan
+from mpskit.resolve import ResolvedRun
+
+
+def describe_knobs(knobs: Knobs, effective_batch: int) -> str:
+    accumulation = max(1, effective_batch // knobs.batch)
+    return (
+        f"batch {knobs.batch} x accumulation {accumulation}, cutoff_len {knobs.cutoff_len}, "
+        f"LoRA rank {knobs.lora_rank}, checkpointing {'on' if knobs.checkpointing else 'off'}, "
+        f"{knobs.attention}, {knobs.dtype}"
+    )
+
+
+def _gb(value: int) -> str:
+    return f"{value / GB:6.2f} GB"
+
+
+def plan_lines(run: ResolvedRun, plan: Plan) -> list[str]:
+    dims, budget = plan.dims, plan.budget
+    shown = plan.chosen or plan.asked
+    lines = [
+        f"run        {run.stage} with {run.args['model_name_or_path']} on {run.hardware.name} ({plan.device})",
+        f"model      {dims.params() / 1e6:.0f}M parameters, {dims.layers} layers, hidden {dims.hidden}, "
+        f"vocabulary {dims.vocab}",
+        f"budget     {budget.training_bytes / GB:.2f} GB = {budget.why}",
+    ]
+    if plan.fits:
+        used = shown.estimate.training / budget.training_bytes
+        lines.append(f"verdict    fits: {shown.estimate.training / GB:.2f} GB, {used:.0%} of the budget")
+        lines.append(f"chosen     {describe_knobs(shown.knobs, plan.effective_batch)}")
+    else:
+        lines.append("verdict    NO SETTING FITS")
+        lines.append(f"asked      {describe_knobs(shown.knobs, plan.effective_batch)}")
+    lines.append("estimate   (the peak of one training step)")
+    lines += [f"  {name:22} {_gb(value)}" for name, value in shown.estimate.parts.items()]
+    lines.append(f"  {'= training':22} {_gb(shown.estimate.training)}")
+    where = "GPU memory" if plan.device == "cuda" else "RAM"
+    lines.append(f"  {'+ framework (imports)':22} {_gb(shown.estimate.framework)}  (in {where} budget already)")
+    lines += [f"changed    {note}" for note in plan.changes]
+    if plan.alternatives:
+        lines.append("also fits  (speed relative to the choice)")
+        for option in plan.alternatives:
+            lines.append(f"  {_alternative(option, plan)}")
+    if not plan.fits:
+        lines += [f"would fit  {note}" for note in plan.would_fit]
+    return lines
+
+
+def _alternative(option: Option, plan: Plan) -> str:
+    speed = option.speed / plan.chosen.speed
+    return f"{describe_knobs(option.knobs, plan.effective_batch)}: {option.estimate.training / GB:.2f} GB, x{speed:.2f}"
+
+
+def plan_as_dict(run: ResolvedRun, plan: Plan) -> dict:
+    def option(o: Option | None) -> dict | None:
+        if o is None:
+            return None
+        return {"knobs": vars(o.knobs), "estimate": o.estimate.as_dict(), "relative_speed": o.speed / plan.asked.speed}
+
+    return {
+        "stage": run.stage,
+        "hardware": run.hardware.name,
+        "device": plan.device,
+        "model": str(run.args["model_name_or_path"]),
+        "params": plan.dims.params(),
+        "budget_gb": round(plan.budget.training_bytes / GB, 3),
+        "budget": plan.budget.why,
+        "fits": plan.fits,
+        "effective_batch": plan.effective_batch,
+        "asked": option(plan.asked),
+        "chosen": option(plan.chosen),
+        "alternatives": [option(o) for o in plan.alternatives],
+        "changes": plan.changes,
+        "would_fit": plan.would_fit,
+    }

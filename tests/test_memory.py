@@ -1,0 +1,122 @@
+"""The memory model's arithmetic, pinned on hand-computed cases and on real transformers/peft counts."""
+
+import pytest
+
+from mpskit.memory import (
+    ACTIVATION_FACTOR,
+    ATTENTION_GRADIENT_COPIES,
+    GB,
+    LOGIT_COPIES,
+    RUN_OVERHEAD_BYTES,
+    WEIGHT_FACTOR,
+    Knobs,
+    ModelDims,
+    dims_from_mapping,
+    estimate,
+    layer_activation_elements,
+)
+
+QWEN25_05B = ModelDims(hidden=896, layers=24, heads=14, kv_heads=2, ffn=4864, vocab=151936)
+TOY = ModelDims(hidden=64, layers=2, heads=4, kv_heads=2, ffn=256, vocab=1000)
+
+
+def test_qwen25_05b_parameter_count_is_the_published_one():
+    # per layer: q 896*896+896, k and v 2*(896*128+128), o 896*896, MLP 3*896*4864, norms 2*896
+    assert QWEN25_05B.layer_params() == 803_712 + 229_632 + 802_816 + 13_074_432 + 1_792
+    assert QWEN25_05B.params() == 24 * 14_912_384 + 151936 * 896 + 896 == 494_032_768
+
+
+def test_lora_on_all_linear_layers_of_qwen25_05b_rank_8():
+    # rank x (in + out) over q, k, v, o, gate, up, down = 8 x (9h + 2 kv + 3 ffn) per layer;
+    # peft prints "trainable params: 4,399,104" for this model and setting.
+    assert QWEN25_05B.lora_params(8) == 24 * 8 * (9 * 896 + 2 * 128 + 3 * 4864) == 4_399_104
+
+
+def test_counts_match_transformers_and_peft():
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=256, vocab_size=1000, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = Qwen2ForCausalLM(config)
+    assert sum(p.numel() for p in model.parameters()) == TOY.params()
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    lora = get_peft_model(model, LoraConfig(r=16, target_modules=targets))
+    assert sum(p.numel() for p in lora.parameters() if p.requires_grad) == TOY.lora_params(16)
+
+
+def test_dims_from_a_hugging_face_config_and_from_a_preset_agree():
+    hf = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+          "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True}  # fmt: skip
+    preset = {"hidden": 896, "layers": 24, "heads": 14, "kv_heads": 2, "ffn": 4864, "vocab": 151936}
+    assert dims_from_mapping(hf) == dims_from_mapping(preset) == QWEN25_05B
+    with pytest.raises(ValueError, match="ffn"):
+        dims_from_mapping({"hidden": 8, "layers": 1, "heads": 1, "vocab": 10})
+
+
+def test_saved_activation_elements_per_token_and_layer():
+    knobs = Knobs(batch=1, cutoff_len=128, lora_rank=8)
+    # 8h (norm inputs and outputs, q k v and attention output) + 4 ffn (SwiGLU) + 7r (LoRA)
+    assert layer_activation_elements(TOY, knobs, fused=True) == (8 * 64 + 4 * 256 + 7 * 8, 0)
+    # eager attention keeps the float32 probabilities: heads x s per token
+    assert layer_activation_elements(TOY, knobs, fused=False) == (8 * 64 + 4 * 256 + 7 * 8, 4 * 128)
+
+
+def test_sft_estimate_part_by_part():
+    knobs = Knobs(batch=2, cutoff_len=128, lora_rank=8, checkpointing=False, dtype="fp32", attention="sdpa")
+    parts = estimate(TOY, knobs, "sft", "cpu").parts
+    tokens = 2 * 128
+    lora = TOY.lora_params(8)
+    assert parts["weights"] == int(WEIGHT_FACTOR * TOY.params() * 4)
+    assert parts["lora weights"] == parts["gradients"] == int(WEIGHT_FACTOR * lora * 4)
+    assert parts["optimizer (AdamW)"] == 2 * int(WEIGHT_FACTOR * lora * 4)
+    saved = 2 * tokens * (8 * 64 + 4 * 256 + 56) * 4  # two layers, float32
+    assert parts["activations"] == pytest.approx(ACTIVATION_FACTOR * saved, abs=2)
+    assert parts["logits (float32)"] == LOGIT_COPIES["sft"] * tokens * 1000 * 4
+    assert parts["overhead"] == int(RUN_OVERHEAD_BYTES)
+
+
+def test_dpo_doubles_the_sequences_and_adds_the_reference_forward():
+    knobs = Knobs(batch=2, cutoff_len=128, checkpointing=False)
+    sft = estimate(QWEN25_05B, knobs, "sft", "cpu").parts
+    dpo = estimate(QWEN25_05B, knobs, "dpo", "cpu").parts
+    assert dpo["activations"] == pytest.approx(2 * sft["activations"], rel=1e-6)
+    assert dpo["logits (float32)"] == 2 * 2 * 128 * 2 * 151936 * 4  # logits and log-softmax, 4 sequences
+    assert dpo["reference forward"] == 3 * 2 * 128 * 2 * 151936 * 4  # its logits, a contiguous copy, log-softmax
+    assert estimate(QWEN25_05B, knobs, "foodpo", "cpu").parts == dpo
+
+
+def test_checkpointing_keeps_only_layer_inputs():
+    on = estimate(QWEN25_05B, Knobs(batch=1, cutoff_len=512, checkpointing=True), "sft", "cpu")
+    off = estimate(QWEN25_05B, Knobs(batch=1, cutoff_len=512, checkpointing=False), "sft", "cpu")
+    assert on.parts["activations"] == int(ACTIVATION_FACTOR * 24 * 512 * 896 * 4)
+    assert off.parts["activations"] > 10 * on.parts["activations"]
+    assert on.training < off.training
+
+
+def test_half_precision_halves_weights_and_activations():
+    fp32 = estimate(QWEN25_05B, Knobs(batch=1, cutoff_len=256, checkpointing=False, dtype="fp32"), "sft", "mps")
+    bf16 = estimate(QWEN25_05B, Knobs(batch=1, cutoff_len=256, checkpointing=False, dtype="bf16"), "sft", "mps")
+    assert bf16.parts["weights"] * 2 == pytest.approx(fp32.parts["weights"], abs=2)
+    assert bf16.parts["logits (float32)"] == fp32.parts["logits (float32)"]  # float32 either way
+    assert bf16.parts["activations"] < fp32.parts["activations"]
+
+
+def test_eager_attention_costs_the_quadratic_term_and_mps_sdpa_counts_as_eager():
+    def knobs(attention: str) -> Knobs:
+        return Knobs(batch=4, cutoff_len=1024, checkpointing=True, attention=attention)
+
+    fused = estimate(TOY, knobs("sdpa"), "sft", "cpu")
+    eager = estimate(TOY, knobs("eager"), "sft", "cpu")
+    quadratic = 4 * 4 * 1024 * 1024 * 4  # batch x heads x s x s, float32
+    assert eager.parts["layer backward"] >= ATTENTION_GRADIENT_COPIES * quadratic
+    assert eager.training > fused.training + quadratic
+    assert estimate(TOY, knobs("sdpa"), "sft", "mps").parts == eager.parts
+
+
+def test_a_qwen_run_costs_gigabytes_not_megabytes():
+    result = estimate(QWEN25_05B, Knobs(batch=4, cutoff_len=512, checkpointing=False), "dpo", "cpu")
+    assert 5 * GB < result.training < 60 * GB
+    assert result.total == result.training + result.framework

@@ -1,0 +1,128 @@
+"""Budgets, the planner's search, and `mpskit plan` (no training: pure arithmetic on presets)."""
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, run_mpskit
+
+from mpskit.hardware import load_hardware
+from mpskit.memory import FRAMEWORK_BYTES, GB, ModelDims
+from mpskit.planner import SAFETY_MARGIN, budget_for, plan, plan_run
+from mpskit.resolve import resolve
+
+QWEN15_05B = ModelDims(hidden=1024, layers=24, heads=16, kv_heads=16, ffn=2816, vocab=151936)
+STAGE_ARGS = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "cutoff_len": 512, "lora_rank": 8}
+
+
+def test_mps_budget_is_the_smaller_of_the_cap_and_ram_minus_headroom():
+    hw = load_hardware("m1-pro-16gb")  # cap 1.17 x 10.67 = 12.48 GB; 16 - 3.5 - framework
+    expected = min(12.48 * GB, 12.5 * GB - FRAMEWORK_BYTES)
+    assert budget_for(hw, "mps", FRAMEWORK_BYTES).training_bytes == pytest.approx(expected, rel=1e-3)
+    big = load_hardware("m4-max-128gb")  # there the watermark cap is the smaller one
+    cap = 1.7 * big.recommended_max_gb
+    assert budget_for(big, "mps", FRAMEWORK_BYTES).training_bytes <= cap * GB
+
+
+def test_cuda_and_cpu_budgets():
+    assert budget_for(load_hardware("cuda-80gb"), "cuda", 0).training_bytes == pytest.approx(79 * GB, rel=1e-3)
+    cpu = load_hardware("cpu")  # a named profile: its RAM, not this machine's
+    expected = 21 * GB - FRAMEWORK_BYTES
+    assert budget_for(cpu, "cpu", FRAMEWORK_BYTES).training_bytes == pytest.approx(expected, rel=1e-3)
+    assert budget_for(cpu, "cpu", 0, override_gb=2.5).training_bytes == int(2.5 * GB)
+
+
+@pytest.mark.parametrize("budget_gb", [1.5, 2.5, 4, 6, 9, 14])
+@pytest.mark.parametrize("stage", ["sft", "dpo"])
+def test_choice_fits_with_margin_and_keeps_the_effective_batch(stage, budget_gb):
+    result = plan(stage, STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=budget_gb)
+    if result.fits:
+        assert result.chosen.estimate.training <= budget_gb * GB * (1 - SAFETY_MARGIN)
+        assert result.chosen.knobs.batch * (8 // result.chosen.knobs.batch) == 8
+        assert result.chosen.knobs.cutoff_len >= 256
+    else:
+        assert result.would_fit and "over the budget" in result.would_fit[0]
+
+
+def test_quality_knobs_move_only_when_nothing_else_fits():
+    roomy = plan("sft", STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=14)
+    assert (roomy.chosen.knobs.cutoff_len, roomy.chosen.knobs.lora_rank) == (512, 8)
+    tight = plan("sft", STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.0)
+    assert tight.fits and tight.chosen.knobs.cutoff_len < 512
+    assert any("cutoff_len 512 ->" in note and "min_cutoff_len" in note for note in tight.changes)
+    floored = plan("sft", STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.0, cutoff_floor=512)
+    assert all(o.knobs.cutoff_len == 512 for o in [floored.asked, *floored.alternatives])
+    assert floored.chosen is None or floored.chosen.knobs.cutoff_len == 512
+
+
+def test_more_memory_never_gives_a_slower_choice():
+    speeds = []
+    for budget_gb in (2, 3, 4, 6, 8, 12, 16, 32):
+        result = plan("dpo", STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=budget_gb)
+        speeds.append((result.chosen.knobs.cutoff_len, result.chosen.speed) if result.fits else (0, 0))
+    assert speeds == sorted(speeds)
+
+
+def test_pinned_knobs_are_never_changed():
+    rng = random.Random(0)
+    for _ in range(20):
+        budget_gb = rng.uniform(2, 20)
+        args = {**STAGE_ARGS, "per_device_train_batch_size": 2, "disable_gradient_checkpointing": True}
+        pinned = {"per_device_train_batch_size", "disable_gradient_checkpointing"}
+        result = plan("sft", args, load_hardware("cpu"), "cpu", QWEN15_05B, pinned=pinned, budget_gb=budget_gb)
+        if result.fits:
+            assert result.chosen.knobs.batch == 2 and not result.chosen.knobs.checkpointing
+
+
+def test_resolve_separates_pinned_from_auto_knobs():
+    run = resolve(
+        {"stage": "sft", "model_preset": "qwen2.5-0.5b", "lora_rank": 16, "cutoff_len": "auto"}, hardware="cpu"
+    )
+    assert "lora_rank" in run.pinned and "cutoff_len" not in run.pinned
+    assert run.args["cutoff_len"] == 512  # the stage preset's value: the planner's target
+    assert plan_run(run).chosen.knobs.lora_rank == 16
+
+
+def test_plan_prints_a_verdict_and_a_choice_for_qwen15_foodpo_on_16gb_m1_pro():
+    result = run_mpskit("plan", "stage=foodpo", "model_preset=qwen1.5-0.5b", "--hardware", "m1-pro-16gb")
+    assert result.returncode == 0, result.stderr
+    assert "verdict    fits" in result.stdout
+    assert "chosen     batch" in result.stdout
+    assert "also fits" in result.stdout
+    assert (
+        "budget     11.60 GB = min(MPS cap 12.48 GB, 16 GB RAM - 3.5 GB headroom - 0.9 GB framework)" in result.stdout
+    )
+
+
+def test_plan_says_3b_on_8gb_m1_does_not_fit_and_what_would():
+    result = run_mpskit("plan", "stage=sft", "model_preset=qwen2.5-3b", "--hardware", "m1-8gb")
+    assert result.returncode == 0, result.stderr
+    assert "NO SETTING FITS" in result.stdout
+    assert "GB over the budget" in result.stdout
+    assert "model_preset=qwen2.5-0.5b" in result.stdout
+    assert "--hardware m1-pro-16gb" in result.stdout
+
+
+def test_plan_json_and_no_torch_import():
+    code = (
+        "import json, sys; from mpskit.cli import main; "
+        "main(['plan', 'stage=dpo', 'model_preset=qwen2.5-1.5b', '--hardware', 'cuda-24gb', '--json']); "
+        "assert 'torch' not in sys.modules, 'mpskit plan imported torch'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["fits"] and report["device"] == "cuda"
+    assert report["chosen"]["estimate"]["training_gb"] <= report["budget_gb"]
+
+
+def test_training_refuses_a_run_no_setting_fits(tmp_path, tiny_model):
+    result = run_mpskit(
+        "train", "stage=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",
+        "memory_budget_gb=0.01", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "no setting fits" in result.stderr
+    assert not (tmp_path / "output").exists()
