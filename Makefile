@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TINY   := output/tiny-model
 
-.PHONY: install test lint demo tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
+.PHONY: install test lint demo doctor bench-memory bench-planner tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
 
 install: $(STAMP)
 
@@ -27,6 +27,15 @@ tiny-model: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/mpskit demo
+
+doctor: $(STAMP)
+	$(BIN)/mpskit doctor
+
+bench-memory: $(STAMP)
+	$(BIN)/python bench/memory_accuracy.py
+
+bench-planner: $(STAMP)
+	$(BIN)/python bench/planner.py
 
 sft-qwen: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/run_sft.sh

@@ -58,3 +58,26 @@ def export_lines(hw: Hardware) -> str:
         lines.append(f"# {why}")
         lines.append(f"export {name}={shlex.quote(value)}")
     return "\n".join(lines)
+
+
+HIGH_RATIO_UPPER_BOUND = 2.0  # MPSAllocator's default_high_watermark_upper_bound
+
+
+def watermark_problems(environ: dict[str, str]) -> list[str]:
+    """What PyTorch's MPS allocator would refuse in these variables, as it checks them at start-up:
+    0 <= high <= 2.0, and 0 <= low <= high (or <= 2.0 when high is 0, which removes the cap)."""
+    values = {}
+    for name, default in (("HIGH", DEFAULT_HIGH_RATIO), ("LOW", DEFAULT_LOW_RATIO)):
+        text = environ.get(f"PYTORCH_MPS_{name}_WATERMARK_RATIO")
+        try:
+            values[name] = default if text is None else float(text)
+        except ValueError:
+            return [f"PYTORCH_MPS_{name}_WATERMARK_RATIO={text!r} is not a number"]
+    high, low = values["HIGH"], values["LOW"]
+    problems = []
+    if not 0.0 <= high <= HIGH_RATIO_UPPER_BOUND:
+        problems.append(f"high watermark ratio {high} is outside 0..{HIGH_RATIO_UPPER_BOUND}")
+    limit = high if high > 0 else HIGH_RATIO_UPPER_BOUND
+    if not 0.0 <= low <= limit:
+        problems.append(f"low watermark ratio {low} is above the high one ({high}): MPS fails to start")
+    return problems

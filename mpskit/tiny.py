@@ -41,8 +41,14 @@ def _corpus(data_dir: Path) -> list[str]:
     return texts
 
 
-def build_tiny_model(out_dir: str | Path, data_dir: str | Path | None = None, seed: int = 0) -> Path:
-    """Write tokenizer and random-weight Qwen2 model to out_dir. Refuses a non-empty out_dir."""
+def build_tiny_model(
+    out_dir: str | Path, data_dir: str | Path | None = None, seed: int = 0, dims: dict | None = None
+) -> Path:
+    """Write tokenizer and random-weight Qwen2 model to out_dir. Refuses a non-empty out_dir.
+
+    `dims` overrides Qwen2Config fields (hidden_size, ..., vocab_size) for larger random models with
+    the same tokenizer, as the memory bench uses; a vocab_size above the tokenizer's leaves the extra
+    embedding rows unused, as in Qwen's own checkpoints."""
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise MpskitError(f"{out} already exists and is not empty", "choose another directory or use it as is")
@@ -74,14 +80,15 @@ def build_tiny_model(out_dir: str | Path, data_dir: str | Path | None = None, se
     tokenizer.chat_template = QWEN_CHAT_TEMPLATE
 
     torch.manual_seed(seed)
+    shape = {**TINY_DIMS, "vocab_size": len(tokenizer), **(dims or {})}
+    shape["vocab_size"] = max(shape["vocab_size"], len(tokenizer))
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.pad_token_id,
-        **TINY_DIMS,
+        **shape,
     )
     model = Qwen2ForCausalLM(config)
     out.mkdir(parents=True, exist_ok=True)

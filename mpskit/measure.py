@@ -1,0 +1,123 @@
+"""Measured training runs for `mpskit doctor` and the benches.
+
+Each case is one `mpskit train` in a fresh process, so the process's peak memory belongs to that case
+alone, on examples long enough that every sequence fills cutoff_len (the planner's worst case). The
+run's own memory monitor does the measuring and mpskit.json holds the estimate next to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+from mpskit.memory import sequences_per_step
+from mpskit.presets import config_dir
+
+
+@dataclass(frozen=True)
+class Case:
+    stage: str
+    cutoff_len: int
+    batch: int
+    lora_rank: int
+    checkpointing: bool
+    attention: str = "sdpa"
+    accumulation: int = 1
+    steps: int = 2
+
+    def words(self) -> list[str]:
+        """Every planner knob pinned, so the run is exactly this case."""
+        return [
+            f"stage={self.stage}",
+            f"dataset={'long_sft' if self.stage == 'sft' else 'long_pref'}",
+            f"cutoff_len={self.cutoff_len}",
+            f"per_device_train_batch_size={self.batch}",
+            f"gradient_accumulation_steps={self.accumulation}",
+            f"lora_rank={self.lora_rank}",
+            f"disable_gradient_checkpointing={str(not self.checkpointing).lower()}",
+            f"flash_attn={'disabled' if self.attention == 'eager' else 'sdpa'}",
+            f"max_steps={self.steps}",
+        ]
+
+
+def write_long_data(out: Path, min_chars: int = 5000) -> Path:
+    """SFT and preference examples whose prompt and answer each run past any cutoff_len here."""
+
+    def long_text(rows: list[dict], key: str, start: int) -> str:
+        parts, i = [], start
+        while sum(len(p) for p in parts) < min_chars:
+            row = rows[i % len(rows)]
+            parts.append(" ".join(str(row[k]) for k in key.split("+") if row.get(k)))
+            i += 7
+        return "\n".join(parts)
+
+    demo = config_dir().parent / "data"
+    sft = json.loads((demo / "demo_sft.json").read_text(encoding="utf-8"))
+    pref = json.loads((demo / "demo_pref.json").read_text(encoding="utf-8"))
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {"instruction": long_text(sft, "instruction+input", i), "input": "", "output": long_text(sft, "output", i + 3)}
+        for i in range(16)
+    ]
+    pairs = [{"instruction": long_text(pref, "instruction", i), "input": "",
+              "chosen": long_text(pref, "chosen", i + 1), "rejected": long_text(pref, "rejected", i + 2)}
+             for i in range(16)]  # fmt: skip
+    (out / "long_sft.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    (out / "long_pref.json").write_text(json.dumps(pairs, ensure_ascii=False), encoding="utf-8")
+    columns = {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"}
+    info = {
+        "long_sft": {"file_name": "long_sft.json"},
+        "long_pref": {"file_name": "long_pref.json", "ranking": True, "columns": columns},
+    }
+    (out / "dataset_info.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+    return out
+
+
+def measure(case: Case, model: Path, data: Path, out: Path, hardware: str | None = None) -> dict:
+    """Train the case in a fresh process; the estimate, the measurement and the step times."""
+    words = [
+        *case.words(),
+        f"model_name_or_path={model}",
+        "template=qwen",
+        f"dataset_dir={data}",
+        "eval_dataset=",
+        "eval_strategy=no",
+        "logging_steps=1",
+        "save_strategy=no",
+        "plot_loss=false",
+        "memory_budget_gb=1000",  # measure even what the planner would refuse
+        f"output_dir={out}",
+    ]
+    if hardware:
+        words.append(f"hardware={hardware}")
+    package_root = str(Path(__file__).resolve().parent.parent)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "mpskit.cli", "train", *words],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": package_root, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise MpskitError(f"measured run {case} failed: {last}", f"see {out} and rerun it with `mpskit train`")
+    memory = json.loads((out / "mpskit.json").read_text(encoding="utf-8"))["memory"]
+    measured = memory["measured"]
+    step_s = sorted(measured["step_seconds"][1:] or measured["step_seconds"])
+    tokens_per_step = sequences_per_step(case.stage, case.batch) * case.accumulation * case.cutoff_len
+    return {
+        "estimate_gb": memory["predicted"]["training_gb"],
+        "measured_gb": measured["training_gb"],
+        "error": memory.get("error"),
+        "parts_gb": memory["predicted"]["parts_gb"],
+        "baseline_gb": measured["baseline_gb"],
+        "loaded_gb": measured["loaded_gb"],
+        "tokens_per_second": tokens_per_step / step_s[len(step_s) // 2] if step_s else None,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
