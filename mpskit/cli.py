@@ -7,10 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from mpskit.errors import MpskitError
+from mpskit.errors import Interrupted, MpskitError
 
 USAGE_RUN = (
     "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] [-o FILE] [--json]\n"
+    "mpskit train --resume [RUN_DIR]   continue a stopped or killed run from its last checkpoint\n"
     "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
     "  model_preset (configs/models), hardware (configs/hardware), device (auto|mps|cuda|cpu), run_name,\n"
     "  memory_budget_gb (instead of the hardware's budget), min_cutoff_len (the planner's floor).\n"
@@ -113,8 +114,14 @@ def cmd_plan(words: list[str]) -> int:
 
 
 def cmd_train(words: list[str]) -> int:
-    from mpskit.train import train
+    from mpskit.train import resume, train
 
+    if "--resume" in words:
+        rest = [w for w in words if w != "--resume"]
+        if len(rest) > 1 or (rest and "=" in rest[0]):
+            raise MpskitError("--resume takes only a run directory", "mpskit train --resume [RUN_DIR]")
+        resume(rest[0] if rest else None)
+        return 0
     run, _ = _resolve_from_words(words)
     train(run, command=["mpskit", "train", *words])
     return 0
@@ -203,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     except MpskitError as err:
         print(f"mpskit: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as stop:
+        where = f" at {stop.checkpoint.name}" if stop.checkpoint else ""
+        print(f"mpskit: stopped{where}; resume with: mpskit train --resume {stop.run_dir}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("mpskit: interrupted", file=sys.stderr)
         return 130

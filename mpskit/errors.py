@@ -10,6 +10,15 @@ class MpskitError(Exception):
         self.fix = fix
 
 
+class Interrupted(Exception):
+    """Training stopped by a signal after saving a checkpoint; the CLI prints the resume command."""
+
+    def __init__(self, run_dir, checkpoint):
+        super().__init__(f"interrupted: {run_dir}")
+        self.run_dir = run_dir
+        self.checkpoint = checkpoint
+
+
 def warn(message: str) -> None:
     """One-line warning on stderr (no logging setup needed, no torch import)."""
     import sys

@@ -9,11 +9,15 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from mpskit import lf, planner
+from mpskit.attempts import Ladder, last_checkpoint, run_attempts
 from mpskit.errors import MpskitError, warn
 from mpskit.foodpo import split_foodpo_args
 from mpskit.hardware import installed_version
@@ -72,7 +76,9 @@ def prepare(run: ResolvedRun) -> planner.Plan | None:
     return memory_plan
 
 
-def write_run_dir(run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan=None) -> Path:
+def write_run_dir(
+    run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan=None, ladder: Ladder | None = None
+) -> Path:
     run_dir = new_run_dir(run)
     run_dir.mkdir(parents=True)
     run.args["output_dir"] = str(run_dir.resolve())
@@ -88,6 +94,7 @@ def write_run_dir(run: ResolvedRun, env: dict[str, str], command: list[str], mem
         "llamafactory_args": run.args,
         "model_dims": run.model_dims,
         "memory": memory_record(memory_plan),
+        "ladder": {"free": sorted(ladder.free), "cutoff_floor": ladder.cutoff_floor} if ladder else {},
         "command": command,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "versions": {pkg: installed_version(pkg) for pkg in ("torch", "transformers", "peft", "trl", "llamafactory")},
@@ -112,38 +119,74 @@ def memory_record(memory_plan: planner.Plan | None) -> dict:
     }
 
 
-def record_measured(run_dir: Path, measured: dict, samples: list[tuple[float, int]]) -> None:
-    """Predicted vs measured peak into mpskit.json, and memory.png."""
-    from mpskit.plots import plot_memory
+def check_disk(run: ResolvedRun, root: str | Path = "output") -> None:
+    """The run directory can be created, and its disk holds two checkpoints and the final weights."""
+    target = Path(str(run.args.get("output_dir") or root)).expanduser().resolve()
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise MpskitError(f"cannot create the run directory under {existing}", "set output_dir to a writable folder")
+    if not run.model_dims:
+        return
+    from mpskit.memory import dims_from_mapping
 
-    record_file = run_dir / "mpskit.json"
-    record = json.loads(record_file.read_text(encoding="utf-8"))
-    memory = record.setdefault("memory", {})
-    memory["measured"] = measured
-    predicted = memory.get("predicted", {}).get("training_gb")
-    if predicted and measured["training_gb"] > 0:
-        memory["error"] = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
-    record_file.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
-    plot_memory(run_dir, samples, measured, predicted, memory.get("budget_gb"))
+    dims = dims_from_mapping(run.model_dims)
+    full = run.args.get("finetuning_type") == "full"
+    trainable = dims.params() if full else dims.lora_params(int(run.args.get("lora_rank", 8)))
+    checkpoint = trainable * (4 + 8)  # weights (float32) and AdamW's two moments
+    need = 2 * checkpoint + trainable * 4 + 100 * 1024**2  # two checkpoints, the final save, logs
+    free = shutil.disk_usage(existing).free
+    if free < need:
+        raise MpskitError(
+            f"{existing} has {free / GB:.1f} GB free; checkpoints need about {need / GB:.1f} GB",
+            "free disk space, or set output_dir to a larger disk (and save_total_limit to keep fewer checkpoints)",
+        )
+
+
+def ladder_for(run: ResolvedRun) -> Ladder:
+    return Ladder(
+        free=planner.free_knobs(run.pinned),
+        cutoff_floor=run.limits.get("min_cutoff_len", planner.DEFAULT_CUTOFF_FLOOR),
+    )
 
 
 def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     """Run one training job end to end; returns the run directory."""
     memory_plan = prepare(run)
+    check_disk(run)
     env = export_environment(run)
     if run.hide_mps:
         hide_accelerators()
     lf.check_keys(run.args)
-    run_dir = write_run_dir(run, env, command or sys.argv, memory_plan)
+    ladder = ladder_for(run)
+    run_dir = write_run_dir(run, env, command or sys.argv, memory_plan, ladder)
     print(f"mpskit: run directory {run_dir}", file=sys.stderr)
     for note in memory_plan.changes if memory_plan else []:
         print(f"mpskit: planner: {note}", file=sys.stderr)
-    lf.import_engine()
-    from mpskit.monitor import MemoryMonitor
+    return run_attempts(run_dir, run.args, run.device, ladder)
 
-    monitor = MemoryMonitor(run.device)  # after the imports: its baseline excludes the framework
-    try:
-        lf.run(run.args, callbacks=[monitor])
-    finally:
-        record_measured(run_dir, monitor.stop(), monitor.samples)
-    return run_dir
+
+def latest_run_dir(root: str | Path = "output") -> Path:
+    runs = [link.resolve() for link in Path(root).glob("*/latest") if link.is_symlink() and link.resolve().is_dir()]
+    if not runs:
+        raise MpskitError(f"no run found under {root}/", "give the run directory: mpskit train --resume RUN_DIR")
+    return max(runs, key=lambda path: (path / "mpskit.json").stat().st_mtime if (path / "mpskit.json").exists() else 0)
+
+
+def resume(run_dir: str | Path | None = None) -> Path:
+    """Continue a stopped, killed or failed run from its last checkpoint, with its own settings."""
+    run_dir = Path(run_dir).resolve() if run_dir else latest_run_dir()
+    record_file, yaml_file = run_dir / "mpskit.json", run_dir / "llamafactory.yaml"
+    if not record_file.is_file() or not yaml_file.is_file():
+        raise MpskitError(f"{run_dir} is not an mpskit run directory", "give a folder that holds mpskit.json")
+    checkpoint = last_checkpoint(run_dir)
+    if checkpoint is None:
+        raise MpskitError(f"{run_dir} has no checkpoint to resume from", "start the run again (see mpskit.json)")
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    os.environ.update(record.get("environment", {}))
+    if record.get("mps_hidden"):
+        hide_accelerators()
+    args = yaml.safe_load(yaml_file.read_text(encoding="utf-8"))
+    saved = record.get("ladder", {})
+    ladder = Ladder(set(saved.get("free", [])), saved.get("cutoff_floor", planner.DEFAULT_CUTOFF_FLOOR))
+    print(f"mpskit: resuming {run_dir} from {checkpoint.name}", file=sys.stderr)
+    return run_attempts(run_dir, args, record["device"], ladder, checkpoint)

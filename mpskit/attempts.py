@@ -1,0 +1,146 @@
+"""Training attempt after attempt in one run directory, losing no work.
+
+An out-of-memory error is recognised (MPS, CUDA, CPU), reported with its figures and the estimate,
+and the run continues on the next rung of the fallback ladder from its last checkpoint, moving only
+knobs the user left free, at most MAX_ATTEMPTS times. SIGINT/SIGTERM save a checkpoint at the next
+step boundary and stop with the resume command. Every attempt is recorded in mpskit.json.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpskit import lf
+from mpskit.errors import Interrupted, MpskitError
+from mpskit.oom import OutOfMemory, next_rung, recognise
+from mpskit.planner import asked_knobs, knob_args
+
+MAX_ATTEMPTS = 4
+
+
+@dataclass
+class Ladder:
+    """What the fallback may move: the planner's free knobs and the cutoff floor."""
+
+    free: set[str] = field(default_factory=set)
+    cutoff_floor: int = 256
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    steps = [(int(m[1]), p) for p in run_dir.glob("checkpoint-*") if (m := re.fullmatch(r"checkpoint-(\d+)", p.name))]
+    return max(steps)[1] if steps else None
+
+
+def update_record(run_dir: Path, change) -> dict:
+    """Read mpskit.json, let `change` edit it, write it back."""
+    path = run_dir / "mpskit.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    change(record)
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    return record
+
+
+def _record_attempt(run_dir: Path, attempt: dict, measured: dict, samples: list) -> None:
+    from mpskit.plots import plot_memory
+
+    def change(record: dict) -> None:
+        record.setdefault("attempts", []).append({**attempt, "measured": measured})
+        memory = record.setdefault("memory", {})
+        memory["measured"] = measured
+        predicted = memory.get("predicted", {}).get("training_gb")
+        if predicted and measured["training_gb"] > 0:
+            memory["error"] = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
+
+    record = update_record(run_dir, change)
+    memory = record["memory"]
+    plot_memory(run_dir, samples, measured, memory.get("predicted", {}).get("training_gb"), memory.get("budget_gb"))
+
+
+def _free_device_memory(device: str) -> None:
+    gc.collect()
+    if device in ("cuda", "mps"):
+        import torch
+
+        (torch.cuda if device == "cuda" else torch.mps).empty_cache()
+
+
+def _oom_block(oom: OutOfMemory, predicted_gb: float | None, attempt: int, step: str) -> str:
+    estimate = f"{predicted_gb:.2f} GB" if predicted_gb else "none"
+    return f"mpskit: out of memory on {oom.device} in attempt {attempt} ({step}): {oom.figures()}; estimate {estimate}"
+
+
+def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpoint: Path | None = None) -> Path:
+    """Train until finished, out of rungs, or stopped by a signal (then raises Interrupted)."""
+    from mpskit.callbacks import StopOnSignal, fake_out_of_memory
+    from mpskit.monitor import MemoryMonitor
+
+    lf.import_engine()
+    effective = int(args.get("per_device_train_batch_size", 1)) * int(args.get("gradient_accumulation_steps", 1))
+    first = len(json.loads((run_dir / "mpskit.json").read_text()).get("attempts", [])) + 1
+    for attempt in range(first, first + MAX_ATTEMPTS):
+        attempt_args = {**args, "resume_from_checkpoint": str(checkpoint) if checkpoint else None}
+        before = asked_knobs(args, device)
+        entry = {
+            "attempt": attempt,
+            "knobs": knob_args(before, effective),
+            "resumed_from": checkpoint.name if checkpoint else None,
+        }
+        monitor, stopper = MemoryMonitor(device), StopOnSignal()  # monitor after the imports: baseline
+        callbacks = [monitor, stopper, *(fake_out_of_memory() if attempt == first == 1 else [])]
+        try:
+            lf.run(attempt_args, callbacks=callbacks)
+        except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
+            oom = recognise(err)
+            if oom is None:
+                _record_attempt(run_dir, {**entry, "outcome": f"error: {type(err).__name__}"}, monitor.stop(), [])
+                raise
+            del err
+            _free_device_memory(device)
+        else:
+            outcome = f"stopped by {stopper.signal_name}" if stopper.signal_name else "finished"
+            _record_attempt(run_dir, {**entry, "outcome": outcome}, monitor.stop(), monitor.samples)
+            if stopper.signal_name:
+                raise Interrupted(run_dir, last_checkpoint(run_dir))
+            return run_dir
+
+        predicted = json.loads((run_dir / "mpskit.json").read_text()).get("memory", {}).get("predicted", {})
+        print(_oom_block(oom, predicted.get("training_gb"), attempt, _step_reached(run_dir)), file=sys.stderr)
+        rung = next_rung(before, effective, ladder.free, ladder.cutoff_floor)
+        entry.update(outcome="out of memory", device_figures=vars(oom), next_rung=rung[1] if rung else None)
+        _record_attempt(run_dir, entry, monitor.stop(), monitor.samples)
+        if rung is None or attempt == first + MAX_ATTEMPTS - 1:
+            raise MpskitError(
+                f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
+                f"run with less memory: {_command_that_fits(run_dir, args, device, effective)}",
+            )
+        args = {**args, **knob_args(rung[0], effective)}
+        # a checkpoint holds the adapter's weights: a new rank cannot resume from it
+        checkpoint = last_checkpoint(run_dir) if rung[0].lora_rank == before.lora_rank else None
+        where = f"resuming from {checkpoint.name}" if checkpoint else "restarting from step 0"
+        print(f"mpskit: next rung: {rung[1]}; {where}", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+def _step_reached(run_dir: Path) -> str:
+    log = run_dir / "trainer_log.jsonl"
+    lines = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
+    return f"after step {json.loads(lines[-1]).get('current_steps')}" if lines else "before the first logged step"
+
+
+def _command_that_fits(run_dir: Path, args: dict, device: str, effective: int) -> str:
+    """The recorded command with the next rung taken as if every knob were free."""
+    every_knob = {"checkpointing", "batch", "lora_rank", "cutoff_len"}
+    rung = next_rung(asked_knobs(args, device), effective, every_knob, cutoff_floor=64)
+    command = json.loads((run_dir / "mpskit.json").read_text()).get("command") or ["mpskit", "train"]
+    if rung is None:
+        return "a smaller model or a machine with more memory (see `mpskit plan`)"
+    current = knob_args(asked_knobs(args, device), effective)
+    words = [f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+             for key, value in knob_args(rung[0], effective).items() if current.get(key) != value]  # fmt: skip
+    return shlex.join([*command, *words])
