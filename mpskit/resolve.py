@@ -15,6 +15,7 @@ from pathlib import Path
 from mpskit.errors import MpskitError
 from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
 from mpskit.presets import load_yaml, merge, preset_names, resolve_preset_file, translate_removed_keys
+from mpskit.validate import check_args
 
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
 MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len")
@@ -126,6 +127,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     device = _choose_device(hw, own.get("device"), bool(user.get("use_cpu")))
     args = merge(stage_args, model_args, device_args(hw, device), hw.args, user)
     args["stage"] = stage_args.get("stage", stage)
+    check_args(args)
     if not args.get("model_name_or_path"):
         raise MpskitError("no model given", "set model_name_or_path=PATH or model_preset=NAME (see configs/models/)")
     _check_dtype(args, hw, device)

@@ -1,0 +1,62 @@
+"""Types and ranges of the knobs mpskit sets or reads, checked before anything loads.
+
+LLaMA-Factory and transformers would catch most of these too, but minutes later and as a
+traceback from deep inside; here each is one line with the fix.
+"""
+
+from __future__ import annotations
+
+from mpskit.errors import MpskitError
+
+# key: (kind, smallest, largest); None means unbounded. "int" excludes booleans and 4.0.
+RANGES = {
+    "per_device_train_batch_size": ("int", 1, None),
+    "per_device_eval_batch_size": ("int", 1, None),
+    "gradient_accumulation_steps": ("int", 1, None),
+    "cutoff_len": ("int", 8, None),
+    "lora_rank": ("int", 1, None),
+    "lora_alpha": ("int", 1, None),
+    "lora_dropout": ("number", 0.0, 0.99),
+    "learning_rate": ("positive", 0.0, None),
+    "num_train_epochs": ("positive", 0.0, None),
+    "max_steps": ("int", -1, None),
+    "warmup_ratio": ("number", 0.0, 1.0),
+    "logging_steps": ("positive", 0.0, None),
+    "save_steps": ("positive", 0.0, None),
+    "save_total_limit": ("int", 1, None),
+    "seed": ("int", 0, None),
+    "dataloader_num_workers": ("int", 0, None),
+    "pref_beta": ("positive", 0.0, None),
+}
+SWITCHES = ("bf16", "fp16", "disable_gradient_checkpointing", "do_train", "use_cpu", "plot_loss", "trust_remote_code")
+CHOICES = {
+    "flash_attn": ("auto", "disabled", "sdpa", "fa2", "fa3"),
+    "finetuning_type": ("lora", "freeze", "full", "oft"),
+}
+
+
+def _describe(kind: str, low, high) -> str:
+    what = {"int": "a whole number", "number": "a number", "positive": "a number above 0"}[kind]
+    if kind != "positive" and high is not None:
+        return f"{what} from {low} to {high}"
+    return f"{what} of at least {low}" if kind == "int" else what
+
+
+def check_value(key: str, value) -> None:
+    if key in RANGES:
+        kind, low, high = RANGES[key]
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = is_number and (kind != "int" or isinstance(value, int))
+        ok = ok and (value > low if kind == "positive" else value >= low) and (high is None or value <= high)
+        if not ok:
+            raise MpskitError(f"{key}={value!r} is not {_describe(kind, low, high)}", f"set {key} to such a value")
+    elif key in SWITCHES and not isinstance(value, bool):
+        raise MpskitError(f"{key}={value!r} is not true or false", f"write {key}=true or {key}=false")
+    elif key in CHOICES and value not in CHOICES[key]:
+        raise MpskitError(f"{key}={value!r} is not one of {', '.join(CHOICES[key])}", f"pick one for {key}")
+
+
+def check_args(args: dict) -> None:
+    """Every known knob in the merged arguments; unknown keys are lf.check_keys' job."""
+    for key, value in args.items():
+        check_value(key, value)
