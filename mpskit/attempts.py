@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import re
 import shlex
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from mpskit import lf
 from mpskit.errors import Interrupted, MpskitError
+from mpskit.launch import inside_launch, rank
 from mpskit.oom import OutOfMemory, next_rung, recognise
 from mpskit.planner import asked_knobs, knob_args
 
@@ -47,7 +49,14 @@ def update_record(run_dir: Path, change) -> dict:
 
 
 def _record_attempt(run_dir: Path, attempt: dict, measured: dict, samples: list) -> None:
+    """Rank 0 writes mpskit.json and memory.png; with several processes each also writes rank-N.json."""
     from mpskit.plots import plot_memory
+
+    if inside_launch():
+        summary = {"rank": rank(), "world_size": int(os.environ["WORLD_SIZE"]), **attempt, "measured": measured}
+        (run_dir / f"rank-{rank()}.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        if rank() != 0:
+            return
 
     def change(record: dict) -> None:
         record.setdefault("attempts", []).append({**attempt, "measured": measured})
@@ -83,9 +92,11 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
     lf.import_engine()
     effective = int(args.get("per_device_train_batch_size", 1)) * int(args.get("gradient_accumulation_steps", 1))
     first = len(json.loads((run_dir / "mpskit.json").read_text()).get("attempts", [])) + 1
-    for attempt in range(first, first + MAX_ATTEMPTS):
+    attempt = first - 1
+    while True:
+        attempt += 1
         attempt_args = {**args, "resume_from_checkpoint": str(checkpoint) if checkpoint else None}
-        before = asked_knobs(args, device)
+        before = asked_knobs(args)
         entry = {
             "attempt": attempt,
             "knobs": knob_args(before, effective),
@@ -117,14 +128,13 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
         if rung is None or attempt == first + MAX_ATTEMPTS - 1:
             raise MpskitError(
                 f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
-                f"run with less memory: {_command_that_fits(run_dir, args, device, effective)}",
+                f"run with less memory: {_command_that_fits(run_dir, args, effective)}",
             )
         args = {**args, **knob_args(rung[0], effective)}
         # a checkpoint holds the adapter's weights: a new rank cannot resume from it
         checkpoint = last_checkpoint(run_dir) if rung[0].lora_rank == before.lora_rank else None
         where = f"resuming from {checkpoint.name}" if checkpoint else "restarting from step 0"
         print(f"mpskit: next rung: {rung[1]}; {where}", file=sys.stderr)
-    raise AssertionError("unreachable")
 
 
 def _step_reached(run_dir: Path) -> str:
@@ -133,14 +143,14 @@ def _step_reached(run_dir: Path) -> str:
     return f"after step {json.loads(lines[-1]).get('current_steps')}" if lines else "before the first logged step"
 
 
-def _command_that_fits(run_dir: Path, args: dict, device: str, effective: int) -> str:
+def _command_that_fits(run_dir: Path, args: dict, effective: int) -> str:
     """The recorded command with the next rung taken as if every knob were free."""
     every_knob = {"checkpointing", "batch", "lora_rank", "cutoff_len"}
-    rung = next_rung(asked_knobs(args, device), effective, every_knob, cutoff_floor=64)
+    rung = next_rung(asked_knobs(args), effective, every_knob, cutoff_floor=64)
     command = json.loads((run_dir / "mpskit.json").read_text()).get("command") or ["mpskit", "train"]
     if rung is None:
         return "a smaller model or a machine with more memory (see `mpskit plan`)"
-    current = knob_args(asked_knobs(args, device), effective)
+    current = knob_args(asked_knobs(args), effective)
     words = [f"{key}={str(value).lower() if isinstance(value, bool) else value}"
              for key, value in knob_args(rung[0], effective).items() if current.get(key) != value]  # fmt: skip
     return shlex.join([*command, *words])

@@ -127,6 +127,13 @@ def cmd_train(words: list[str]) -> int:
     return 0
 
 
+def cmd_rank(ns: argparse.Namespace) -> int:
+    from mpskit.train import continue_run
+
+    continue_run(Path(ns.run_dir))
+    return 0
+
+
 def cmd_tiny_model(ns: argparse.Namespace) -> int:
     from mpskit.tiny import build_tiny_model
 
@@ -180,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="table (CSV, Markdown) and plot over finished DPO/fooDPO runs")
     p.add_argument("--out", required=True, help="folder for comparison.csv, comparison.md, comparison.png")
     p.add_argument("run_dirs", nargs="+")
+    p = sub.add_parser("rank", help="(started by torchrun) train one process of a written run directory")
+    p.add_argument("run_dir")
     p = sub.add_parser("doctor", help="versions, MPS settings, and the memory model against measured steps")
     p.add_argument("--hardware")
     p.add_argument("--model", help="a local model directory (default: a freshly built tiny model)")
@@ -200,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "tiny-model": cmd_tiny_model,
         "demo": cmd_demo,
         "doctor": cmd_doctor,
+        "rank": cmd_rank,
         "compare": cmd_compare,
     }
     try:

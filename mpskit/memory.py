@@ -108,8 +108,12 @@ class Knobs:
     lora_rank: int = 8
     checkpointing: bool = True  # LLaMA-Factory's default
     dtype: str = "fp32"
-    attention: str = "sdpa"
+    attention: str = "sdpa"  # sdpa, eager or fa2
     finetuning: str = "lora"
+    quantization_bit: int | None = None  # 4 or 8: QLoRA through bitsandbytes (CUDA)
+    optim: str = "adamw_torch"  # or an 8-bit bitsandbytes AdamW (CUDA)
+    zero_stage: int = 0  # DeepSpeed ZeRO: 2 shards gradients and optimizer states, 3 also weights
+    world_size: int = 1  # processes sharing the run (the estimate is per process)
 
 
 @dataclass
@@ -140,7 +144,23 @@ def sequences_per_step(stage: str, batch: int) -> int:
 
 def attention_fused(attention: str, device: str) -> bool:
     """Whether the b x heads x s x s probabilities are never saved (DESIGN.md: MPS SDPA is math)."""
-    return attention == "sdpa" and device in ("cpu", "cuda")
+    return attention == "fa2" or (attention == "sdpa" and device in ("cpu", "cuda"))
+
+
+def weight_bytes(dims: ModelDims, knobs: Knobs) -> float:
+    """Base weights: bitsandbytes quantizes the decoder's linear layers (4-bit NF4 with its double-
+    quantized block constants is about 0.53 bytes per weight); embeddings and norms keep the dtype."""
+    width = DTYPE_BYTES[knobs.dtype]
+    if knobs.quantization_bit is None:
+        return dims.params() * width
+    linear = dims.layers * (dims.layer_params() - 2 * dims.hidden)
+    per_weight = 0.53 if knobs.quantization_bit == 4 else 1.03
+    return linear * per_weight + (dims.params() - linear) * width
+
+
+def optimizer_bytes_per_parameter(optim: str) -> int:
+    """AdamW's two moments: float32 (8 bytes) or bitsandbytes' 8-bit states (2 bytes)."""
+    return 2 if "8bit" in optim else 8
 
 
 def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool) -> tuple[int, int]:
@@ -173,16 +193,18 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     width = DTYPE_BYTES[knobs.dtype]
     sequences = sequences_per_step(stage, knobs.batch)
     tokens = sequences * knobs.cutoff_len
-    params = dims.params()
-    parts: dict[str, int] = {"weights": int(WEIGHT_FACTOR * params * width)}
+    # ZeRO-2 splits gradients and optimizer states over the processes, ZeRO-3 the weights as well.
+    shard_states = knobs.world_size if knobs.zero_stage >= 2 else 1
+    shard_weights = knobs.world_size if knobs.zero_stage >= 3 else 1
+    parts: dict[str, int] = {"weights": int(WEIGHT_FACTOR * weight_bytes(dims, knobs) / shard_weights)}
 
-    trainable = dims.lora_params(knobs.lora_rank) if knobs.finetuning == "lora" else params
-    # Trainable parameters are kept in float32 (LLaMA-Factory upcasts them); AdamW keeps two moments.
-    per_parameter = int(WEIGHT_FACTOR * trainable * 4)
+    trainable = dims.lora_params(knobs.lora_rank) if knobs.finetuning == "lora" else dims.params()
+    # Trainable parameters are kept in float32 (LLaMA-Factory upcasts them).
+    per_parameter = WEIGHT_FACTOR * trainable
     if knobs.finetuning == "lora":
-        parts["lora weights"] = per_parameter
-    parts["gradients"] = per_parameter
-    parts["optimizer (AdamW)"] = 2 * per_parameter
+        parts["lora weights"] = int(per_parameter * 4 / shard_weights)
+    parts["gradients"] = int(per_parameter * 4 / shard_states)
+    parts["optimizer (AdamW)"] = int(per_parameter * optimizer_bytes_per_parameter(knobs.optim) / shard_states)
 
     fused = attention_fused(knobs.attention, device)
     elements, fp32_elements = layer_activation_elements(dims, knobs, fused)

@@ -9,11 +9,21 @@ from mpskit.resolve import ResolvedRun
 
 def describe_knobs(knobs: Knobs, effective_batch: int) -> str:
     accumulation = max(1, effective_batch // knobs.batch)
-    return (
-        f"batch {knobs.batch} x accumulation {accumulation}, cutoff_len {knobs.cutoff_len}, "
-        f"LoRA rank {knobs.lora_rank}, checkpointing {'on' if knobs.checkpointing else 'off'}, "
-        f"{knobs.attention}, {knobs.dtype}"
-    )
+    words = [
+        f"batch {knobs.batch} x accumulation {accumulation}",
+        f"cutoff_len {knobs.cutoff_len}",
+        f"LoRA rank {knobs.lora_rank}",
+        f"checkpointing {'on' if knobs.checkpointing else 'off'}",
+        knobs.attention,
+        knobs.dtype,
+    ]
+    if knobs.quantization_bit:
+        words.append(f"{knobs.quantization_bit}-bit QLoRA")
+    if "8bit" in knobs.optim:
+        words.append(knobs.optim)
+    if knobs.zero_stage:
+        words.append(f"ZeRO-{knobs.zero_stage}")
+    return ", ".join(words)
 
 
 def _gb(value: int) -> str:
@@ -27,7 +37,8 @@ def plan_lines(run: ResolvedRun, plan: Plan) -> list[str]:
         f"run        {run.stage} with {run.args['model_name_or_path']} on {run.hardware.name} ({plan.device})",
         f"model      {dims.params() / 1e6:.0f}M parameters, {dims.layers} layers, hidden {dims.hidden}, "
         f"vocabulary {dims.vocab}",
-        f"budget     {budget.training_bytes / GB:.2f} GB = {budget.why}",
+        f"budget     {budget.training_bytes / GB:.2f} GB{' per process' if plan.asked.knobs.world_size > 1 else ''}"
+        f" = {budget.why}",
     ]
     if plan.fits:
         used = shown.estimate.training / budget.training_bytes
@@ -36,11 +47,12 @@ def plan_lines(run: ResolvedRun, plan: Plan) -> list[str]:
     else:
         lines.append("verdict    NO SETTING FITS")
         lines.append(f"asked      {describe_knobs(shown.knobs, plan.effective_batch)}")
-    lines.append("estimate   (the peak of one training step)")
+    per = f", per process of {shown.knobs.world_size}" if shown.knobs.world_size > 1 else ""
+    lines.append(f"estimate   (the peak of one training step{per})")
     lines += [f"  {name:22} {_gb(value)}" for name, value in shown.estimate.parts.items()]
     lines.append(f"  {'= training':22} {_gb(shown.estimate.training)}")
-    where = "GPU memory" if plan.device == "cuda" else "RAM"
-    lines.append(f"  {'+ framework (imports)':22} {_gb(shown.estimate.framework)}  (in {where} budget already)")
+    where = "host RAM, outside the GPU budget" if plan.device == "cuda" else "taken out of the RAM budget already"
+    lines.append(f"  {'+ framework (imports)':22} {_gb(shown.estimate.framework)}  ({where})")
     lines += [f"changed    {note}" for note in plan.changes]
     if plan.alternatives:
         lines.append("also fits  (speed relative to the choice)")

@@ -15,20 +15,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, load_hardware, profile_names
+from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, installed_version, load_hardware, profile_names
 from mpskit.memory import GB, Estimate, Knobs, ModelDims, dims_from_mapping, estimate, sequences_per_step
 from mpskit.mps_env import hard_cap_gb
-from mpskit.presets import load_yaml, preset_names, resolve_preset_file
+from mpskit.presets import config_dir, load_yaml, preset_names, resolve_preset_file
 from mpskit.resolve import ResolvedRun, device_args
 
-# The estimate must fit with this share of the budget to spare (the bench's maximum error is below it).
-SAFETY_MARGIN = 0.10
+# The estimate must fit with this share of the budget to spare: bench/memory_accuracy.py's worst
+# underestimate is 13.7% (DPO with checkpointing on Qwen2.5-0.5B dims); the median error is 1.9%.
+SAFETY_MARGIN = 0.15
 CUDA_RESERVE_GB = 1.0  # CUDA context and allocator fragmentation
 DEFAULT_CUTOFF_FLOOR = 256
 MIN_LORA_RANK = 4
 # Rough sustained rates (flop/s) and the fixed cost of one micro-step (s): they only rank settings
 # against each other on one machine, so their ratio matters more than their values.
 DEVICE_SPEED = {"cpu": (5e10, 0.03), "mps": (3e12, 0.05), "cuda": (2e14, 0.02)}
+ATTENTION_KEYS = {"disabled": "eager", "fa2": "fa2"}  # flash_attn value -> memory model's name; else sdpa
+DEFAULT_OPTIM = "adamw_torch"
+EIGHT_BIT_OPTIM = "paged_adamw_8bit"
 
 
 @dataclass
@@ -62,9 +66,12 @@ class Plan:
         return self.chosen is not None
 
 
-def budget_for(hw: Hardware, device: str, framework_bytes: int, override_gb: float | None = None) -> Budget:
-    """On MPS the smaller of the watermark cap and RAM minus headroom; on CUDA the GPU less a reserve;
-    on the CPU the available RAM minus headroom. RAM budgets also leave room for the framework."""
+def budget_for(
+    hw: Hardware, device: str, framework_bytes: int, override_gb: float | None = None, processes: int = 1
+) -> Budget:
+    """Per process: on MPS the smaller of the watermark cap and RAM minus headroom; on CUDA its GPU
+    less a reserve; on the CPU the available RAM minus headroom, shared by the processes of this
+    machine. RAM budgets also leave room for the framework."""
     framework_gb = framework_bytes / GB
     if override_gb is not None:
         return Budget(int(override_gb * GB), f"memory_budget_gb={override_gb:g}")
@@ -84,8 +91,10 @@ def budget_for(hw: Hardware, device: str, framework_bytes: int, override_gb: flo
         import psutil
 
         ram, what = psutil.virtual_memory().available / GB, "available RAM"
-    gb = ram - headroom - framework_gb
-    return Budget(int(gb * GB), f"{ram:.1f} GB {what} - {headroom} GB headroom - {framework_gb:.1f} GB framework")
+    share = f" / {processes} processes" if processes > 1 else ""
+    gb = (ram - headroom) / processes - framework_gb
+    why = f"({ram:.1f} GB {what} - {headroom} GB headroom){share} - {framework_gb:.1f} GB framework"
+    return Budget(int(gb * GB), why)
 
 
 def model_dims(run_dims: dict, model_path: str) -> ModelDims:
@@ -105,7 +114,22 @@ def model_dims(run_dims: dict, model_path: str) -> ModelDims:
     )
 
 
-def asked_knobs(args: dict, device: str) -> Knobs:
+def deepspeed_file(stage: int) -> str:
+    return str(config_dir() / "deepspeed" / f"ds_z{stage}.json")
+
+
+def zero_stage_of(path: str | None) -> int:
+    """The ZeRO stage a DeepSpeed JSON file asks for (0 without one)."""
+    if not path:
+        return 0
+    try:
+        config = json.loads(Path(str(path)).expanduser().read_text(encoding="utf-8"))
+        return int(config.get("zero_optimization", {}).get("stage", 0))
+    except (OSError, ValueError, AttributeError) as err:
+        raise MpskitError(f"deepspeed config {path} is not readable JSON", "point deepspeed to a ZeRO config") from err
+
+
+def asked_knobs(args: dict, world_size: int = 1) -> Knobs:
     dtype = "bf16" if args.get("bf16") else "fp16" if args.get("fp16") else "fp32"
     return Knobs(
         batch=int(args.get("per_device_train_batch_size", 1)),
@@ -113,13 +137,24 @@ def asked_knobs(args: dict, device: str) -> Knobs:
         lora_rank=int(args.get("lora_rank", 8)),
         checkpointing=not args.get("disable_gradient_checkpointing", False),
         dtype=dtype,
-        attention="eager" if args.get("flash_attn") == "disabled" else "sdpa",
+        attention=ATTENTION_KEYS.get(str(args.get("flash_attn")), "sdpa"),
         finetuning="full" if args.get("finetuning_type") == "full" else "lora",
+        quantization_bit=args.get("quantization_bit"),
+        optim=str(args.get("optim") or DEFAULT_OPTIM),
+        zero_stage=zero_stage_of(args.get("deepspeed")),
+        world_size=world_size,
     )
 
 
 def knob_args(knobs: Knobs, effective_batch: int) -> dict:
-    """The LLaMA-Factory keys for a setting; accumulation keeps the effective batch."""
+    """The LLaMA-Factory keys for a setting; accumulation keeps the effective batch. The CUDA-only
+    knobs appear only when they are in use."""
+    attention = {"eager": "disabled"}.get(knobs.attention, knobs.attention)
+    extra = {"quantization_bit": knobs.quantization_bit} if knobs.quantization_bit else {}
+    if knobs.optim != DEFAULT_OPTIM:
+        extra["optim"] = knobs.optim
+    if knobs.zero_stage:
+        extra["deepspeed"] = deepspeed_file(knobs.zero_stage)
     return {
         "per_device_train_batch_size": knobs.batch,
         "gradient_accumulation_steps": max(1, effective_batch // knobs.batch),
@@ -128,7 +163,8 @@ def knob_args(knobs: Knobs, effective_batch: int) -> dict:
         "cutoff_len": knobs.cutoff_len,
         "bf16": knobs.dtype == "bf16",
         "fp16": knobs.dtype == "fp16",
-        "flash_attn": "disabled" if knobs.attention == "eager" else "sdpa",
+        "flash_attn": attention,
+        **extra,
     }
 
 
@@ -138,9 +174,8 @@ def predicted_speed(dims: ModelDims, knobs: Knobs, stage: str, device: str, half
     one more forward with checkpointing, DPO's reference forward; eager attention does its matrix
     work twice over (scores kept, softmax materialised); plus a fixed cost per micro-step."""
     rate, fixed_s = DEVICE_SPEED.get(device, DEVICE_SPEED["cpu"])
-    layer_flops = 2 * dims.layer_params() + 4 * knobs.cutoff_len * dims.hidden * (
-        2 if knobs.attention == "eager" else 1
-    )
+    attention_work = {"eager": 2.0, "sdpa": 1.0, "fa2": 0.9}[knobs.attention]
+    layer_flops = 2 * dims.layer_params() + 4 * knobs.cutoff_len * dims.hidden * attention_work
     layers = dims.layers * layer_flops
     head = 2 * dims.vocab * dims.hidden
     per_token = 2 * (layers + head) + (layers if knobs.checkpointing else 0)
@@ -149,6 +184,8 @@ def predicted_speed(dims: ModelDims, knobs: Knobs, stage: str, device: str, half
     if knobs.dtype != "fp32" and device != "cpu":
         # 16-bit halves the bytes moved where the hardware has it; M1/M2 emulate bf16 (assumed 20% slower)
         per_token *= 0.5 if half_is_fast else 1.25
+    # assumed costs: dequantizing 4/8-bit weights in every matmul; ZeRO-3 gathering weights per layer
+    per_token /= (0.75 if knobs.quantization_bit else 1.0) * (0.8 if knobs.zero_stage >= 3 else 1.0)
     tokens = sequences_per_step(stage, knobs.batch) * knobs.cutoff_len
     return tokens / (fixed_s + tokens * per_token / rate)
 
@@ -180,10 +217,21 @@ def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effectiv
     dtypes = [asked.dtype]
     if "dtype" in free and device == "mps" and asked.dtype == "fp32" and bf16_supported(hw):
         dtypes.append("bf16")  # M1/M2 emulate bf16: slower, but half the memory
+    cuda = [(asked.quantization_bit, asked.optim, asked.zero_stage)]
+    if device == "cuda":
+        if "attention" in free and installed_version("flash-attn"):
+            attentions.append("fa2")
+        bits = [None, 4] if "quantization" in free and asked.finetuning == "lora" else [asked.quantization_bit]
+        optims = [DEFAULT_OPTIM, EIGHT_BIT_OPTIM] if "optim" in free else [asked.optim]
+        zero = [2, 3] if "zero" in free and asked.world_size > 1 else [asked.zero_stage]
+        cuda = list(itertools.product(bits, optims, zero))
     return [
-        replace(asked, batch=b, checkpointing=c, lora_rank=r, cutoff_len=s, attention=a, dtype=d)
-        for s, r, b, c, a, d in itertools.product(cutoffs, ranks, batches, checkpointing, attentions, dtypes)
-    ]
+        replace(asked, batch=b, checkpointing=c, lora_rank=r, cutoff_len=s, attention=a, dtype=d,
+                quantization_bit=q, optim=o, zero_stage=z)
+        for s, r, b, c, a, d, (q, o, z) in itertools.product(
+            cutoffs, ranks, batches, checkpointing, attentions, dtypes, cuda
+        )
+    ]  # fmt: skip
 
 
 def _option(dims: ModelDims, knobs: Knobs, stage: str, device: str, half_is_fast: bool) -> Option:
@@ -202,12 +250,28 @@ def free_knobs(pinned: set[str]) -> set[str]:
         ("lora_rank", "lora_rank"),
         ("cutoff_len", "cutoff_len"),
         ("attention", "flash_attn"),
+        ("quantization", "quantization_bit"),
+        ("optim", "optim"),
+        ("zero", "deepspeed"),
     ):
         if key not in pinned:
             free.add(knob)
     if not pinned & {"bf16", "fp16"}:
         free.add("dtype")
     return free
+
+
+def preference(option: Option) -> tuple:
+    """What the planner maximises: what is trained first (cutoff_len, rank, unquantized weights), then
+    speed, then the plainer optimizer when speeds tie."""
+    knobs = option.knobs
+    return (
+        knobs.cutoff_len,
+        knobs.lora_rank,
+        knobs.quantization_bit is None,
+        option.speed,
+        knobs.optim == DEFAULT_OPTIM,
+    )
 
 
 def plan(
@@ -219,12 +283,15 @@ def plan(
     pinned: set[str] = frozenset(),
     budget_gb: float | None = None,
     cutoff_floor: int | None = None,
+    world_size: int = 1,
+    processes_per_node: int = 1,
+    explain: bool = True,
 ) -> Plan:
-    asked = asked_knobs(args, device)
+    asked = asked_knobs(args, world_size)
     effective = asked.batch * int(args.get("gradient_accumulation_steps", 1))
     half_is_fast = device != "mps" or bf16_is_fast(hw)
     asked_option = _option(dims, asked, stage, device, half_is_fast)
-    budget = budget_for(hw, device, asked_option.estimate.framework, budget_gb)
+    budget = budget_for(hw, device, asked_option.estimate.framework, budget_gb, processes_per_node)
     limit = budget.training_bytes * (1 - SAFETY_MARGIN)
     if asked.finetuning != "lora":
         pinned = set(pinned) | {"lora_rank"}
@@ -234,12 +301,12 @@ def plan(
         _option(dims, k, stage, device, half_is_fast) for k in candidates(asked, free, hw, device, effective, floor)
     ]
     fitting = [o for o in options if o.estimate.training <= limit]
-    fitting.sort(key=lambda o: (o.knobs.cutoff_len, o.knobs.lora_rank, o.speed), reverse=True)
+    fitting.sort(key=preference, reverse=True)
     result = Plan(stage, device, dims, budget, asked_option, fitting[0] if fitting else None, effective_batch=effective)
     if fitting:
         result.alternatives = _alternatives(fitting)
         result.changes = _changes(asked, fitting[0].knobs, effective, floor)
-    else:
+    elif explain:
         result.would_fit = _what_would_fit(stage, args, hw, device, dims, pinned, free, budget, options)
     return result
 
@@ -269,6 +336,12 @@ def _changes(asked: Knobs, chosen: Knobs, effective: int, floor: int) -> list[st
         notes.append(f"attention {asked.attention} -> {chosen.attention}")
     if chosen.dtype != asked.dtype:
         notes.append(f"dtype {asked.dtype} -> {chosen.dtype}")
+    if chosen.zero_stage != asked.zero_stage:
+        notes.append(f"DeepSpeed ZeRO-{chosen.zero_stage} over {chosen.world_size} processes")
+    if chosen.quantization_bit != asked.quantization_bit:
+        notes.append(f"{chosen.quantization_bit}-bit QLoRA (bitsandbytes): nothing fits with 16-bit weights")
+    if chosen.optim != asked.optim:
+        notes.append(f"optimizer {asked.optim} -> {chosen.optim}")
     if chosen.lora_rank != asked.lora_rank:
         notes.append(f"LoRA rank {asked.lora_rank} -> {chosen.lora_rank}: nothing fits at rank {asked.lora_rank}")
     if chosen.cutoff_len != asked.cutoff_len:
@@ -290,15 +363,18 @@ def _what_would_fit(
     if pinned:
         unpinned = plan(
             stage,
-            {k: v for k, v in args.items() if k not in pinned},
+            args,
             hw,
             device,
             dims,
             budget_gb=budget.training_bytes / GB,
+            explain=False,
         )
         if unpinned.fits:
-            words = _as_words(unpinned.chosen.knobs, unpinned.effective_batch)
-            notes.append(f"unpin {', '.join(sorted(pinned))}: {words}")
+            before = knob_args(unpinned.asked.knobs, unpinned.effective_batch)
+            after = knob_args(unpinned.chosen.knobs, unpinned.effective_batch)
+            moved = sorted(key for key in pinned if before.get(key) != after.get(key))
+            notes.append(f"unpin {', '.join(moved)}: {_as_words(unpinned.chosen.knobs, unpinned.effective_batch)}")
     if "cutoff_len" in free:
         for cutoff in (128, 64):
             knobs = replace(smallest.knobs, cutoff_len=min(cutoff, smallest.knobs.cutoff_len))
@@ -342,6 +418,8 @@ def _plan_on(run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims) -> Pl
         pinned=run.pinned,
         budget_gb=run.limits.get("memory_budget_gb"),
         cutoff_floor=run.limits.get("min_cutoff_len"),
+        world_size=run.world_size,
+        processes_per_node=run.processes[0],
     )
 
 
@@ -360,7 +438,7 @@ def _fits_elsewhere(run: ResolvedRun, dims: ModelDims) -> list[str]:
     machines = []
     for name in profile_names():
         hw = load_hardware(name)
-        if name != run.hardware.name and _plan_on(run, hw, hw.device, dims).fits:
+        if name != run.hardware.name and hw.device == run.device and _plan_on(run, hw, hw.device, dims).fits:
             machines.append((hw.gpu_memory_gb if hw.device == "cuda" else hw.ram_gb, name))
     if machines:
         notes.append(f"this run on a larger machine: --hardware {min(machines)[1]}")

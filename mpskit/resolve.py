@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
+from mpskit.launch import process_layout
 from mpskit.presets import load_yaml, merge, preset_names, resolve_preset_file, translate_removed_keys
 from mpskit.validate import check_args
 
@@ -29,6 +30,9 @@ PLANNER_KEYS = (
     "bf16",
     "fp16",
     "flash_attn",
+    "quantization_bit",
+    "optim",
+    "deepspeed",
 )
 DEVICES = ("auto", "mps", "cuda", "cpu")
 
@@ -43,7 +47,12 @@ class ResolvedRun:
     model_dims: dict = field(default_factory=dict)
     layers: list[str] = field(default_factory=list)
     pinned: set[str] = field(default_factory=set)  # PLANNER_KEYS the user or the hardware profile set
+    processes: tuple[int, int] = (1, 1)  # (per node, nodes): more than one launches through torchrun
     limits: dict = field(default_factory=dict)  # memory_budget_gb, min_cutoff_len
+
+    @property
+    def world_size(self) -> int:
+        return self.processes[0] * self.processes[1]
 
     @property
     def hide_mps(self) -> bool:
@@ -125,7 +134,9 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     hw = select_hardware(hardware or own.get("hardware"), probe_torch=probe_torch)
     layers.append(hw.source)
     device = _choose_device(hw, own.get("device"), bool(user.get("use_cpu")))
-    args = merge(stage_args, model_args, device_args(hw, device), hw.args, user)
+    processes = process_layout(hw)
+    distributed = {"ddp_backend": "gloo"} if device == "cpu" and processes != (1, 1) else {}
+    args = merge(stage_args, model_args, device_args(hw, device), distributed, hw.args, user)
     args["stage"] = stage_args.get("stage", stage)
     check_args(args)
     if not args.get("model_name_or_path"):
@@ -145,6 +156,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
         model_dims=dims,
         layers=layers,
         pinned={key for key in PLANNER_KEYS if key in user or key in hw.args},
+        processes=processes,
         limits=_limits(own),
     )
 

@@ -21,6 +21,7 @@ from mpskit.attempts import Ladder, last_checkpoint, run_attempts
 from mpskit.errors import MpskitError, warn
 from mpskit.foodpo import split_foodpo_args
 from mpskit.hardware import installed_version
+from mpskit.launch import inside_launch, launch
 from mpskit.memory import GB
 from mpskit.mps_env import env_for
 from mpskit.resolve import ResolvedRun, absolute_paths, check_datasets, check_model, new_run_dir
@@ -95,6 +96,7 @@ def write_run_dir(
         "model_dims": run.model_dims,
         "memory": memory_record(memory_plan),
         "ladder": {"free": sorted(ladder.free), "cutoff_floor": ladder.cutoff_floor} if ladder else {},
+        "processes": list(run.processes),
         "command": command,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "versions": {pkg: installed_version(pkg) for pkg in ("torch", "transformers", "peft", "trl", "llamafactory")},
@@ -162,7 +164,19 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     print(f"mpskit: run directory {run_dir}", file=sys.stderr)
     for note in memory_plan.changes if memory_plan else []:
         print(f"mpskit: planner: {note}", file=sys.stderr)
+    if run.world_size > 1:
+        return _launch(run_dir, run.processes)
     return run_attempts(run_dir, run.args, run.device, ladder)
+
+
+def _launch(run_dir: Path, processes: tuple[int, int]) -> Path:
+    code = launch(run_dir, *processes)
+    if code != 0:
+        raise MpskitError(
+            f"the training processes stopped with exit code {code} (messages above)",
+            f"fix the cause, then continue from the last checkpoint: mpskit train --resume {run_dir}",
+        )
+    return run_dir
 
 
 def latest_run_dir(root: str | Path = "output") -> Path:
@@ -174,19 +188,30 @@ def latest_run_dir(root: str | Path = "output") -> Path:
 
 def resume(run_dir: str | Path | None = None) -> Path:
     """Continue a stopped, killed or failed run from its last checkpoint, with its own settings."""
-    run_dir = Path(run_dir).resolve() if run_dir else latest_run_dir()
+    return continue_run(Path(run_dir).resolve() if run_dir else latest_run_dir(), need_checkpoint=True)
+
+
+def continue_run(run_dir: Path, need_checkpoint: bool = False) -> Path:
+    """Train a written run directory in this process (from its last checkpoint, if any), or launch
+    its processes through torchrun when it has several and this is not one of them."""
     record_file, yaml_file = run_dir / "mpskit.json", run_dir / "llamafactory.yaml"
     if not record_file.is_file() or not yaml_file.is_file():
         raise MpskitError(f"{run_dir} is not an mpskit run directory", "give a folder that holds mpskit.json")
     checkpoint = last_checkpoint(run_dir)
-    if checkpoint is None:
+    if checkpoint is None and need_checkpoint:
         raise MpskitError(f"{run_dir} has no checkpoint to resume from", "start the run again (see mpskit.json)")
     record = json.loads(record_file.read_text(encoding="utf-8"))
+    processes = tuple(record.get("processes", (1, 1)))
+    if processes != (1, 1) and not inside_launch():
+        return _launch(run_dir, processes)
     os.environ.update(record.get("environment", {}))
     if record.get("mps_hidden"):
         hide_accelerators()
     args = yaml.safe_load(yaml_file.read_text(encoding="utf-8"))
     saved = record.get("ladder", {})
-    ladder = Ladder(set(saved.get("free", [])), saved.get("cutoff_floor", planner.DEFAULT_CUTOFF_FLOOR))
-    print(f"mpskit: resuming {run_dir} from {checkpoint.name}", file=sys.stderr)
+    # one process out of memory cannot change the knobs of the others: no fallback when distributed
+    free = set(saved.get("free", [])) if processes == (1, 1) else set()
+    ladder = Ladder(free, saved.get("cutoff_floor", planner.DEFAULT_CUTOFF_FLOOR))
+    if checkpoint:
+        print(f"mpskit: resuming {run_dir} from {checkpoint.name}", file=sys.stderr)
     return run_attempts(run_dir, args, record["device"], ladder, checkpoint)

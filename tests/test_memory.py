@@ -1,5 +1,7 @@
 """The memory model's arithmetic, pinned on hand-computed cases and on real transformers/peft counts."""
 
+from dataclasses import replace
+
 import pytest
 
 from mpskit.memory import (
@@ -71,7 +73,7 @@ def test_sft_estimate_part_by_part():
     lora = TOY.lora_params(8)
     assert parts["weights"] == int(WEIGHT_FACTOR * TOY.params() * 4)
     assert parts["lora weights"] == parts["gradients"] == int(WEIGHT_FACTOR * lora * 4)
-    assert parts["optimizer (AdamW)"] == 2 * int(WEIGHT_FACTOR * lora * 4)
+    assert parts["optimizer (AdamW)"] == pytest.approx(2 * WEIGHT_FACTOR * lora * 4, abs=2)
     saved = 2 * tokens * (8 * 64 + 4 * 256 + 56) * 4  # two layers, float32
     assert parts["activations"] == pytest.approx(ACTIVATION_FACTOR * saved, abs=2)
     assert parts["logits (float32)"] == LOGIT_COPIES["sft"] * tokens * 1000 * 4
@@ -120,3 +122,26 @@ def test_a_qwen_run_costs_gigabytes_not_megabytes():
     result = estimate(QWEN25_05B, Knobs(batch=4, cutoff_len=512, checkpointing=False), "dpo", "cpu")
     assert 5 * GB < result.training < 60 * GB
     assert result.total == result.training + result.framework
+
+
+def test_qlora_4bit_quantizes_only_the_decoder_linear_layers():
+    knobs = Knobs(batch=1, cutoff_len=256, dtype="bf16")
+    plain = estimate(QWEN25_05B, knobs, "sft", "cuda").parts["weights"]
+    qlora = estimate(QWEN25_05B, replace(knobs, quantization_bit=4), "sft", "cuda").parts["weights"]
+    linear = 24 * (14_912_384 - 2 * 896)  # every decoder weight but the norms
+    expected = linear * 0.53 + (494_032_768 - linear) * 2  # embeddings (151936 x 896) stay bf16
+    assert qlora == pytest.approx(WEIGHT_FACTOR * expected, rel=1e-6)
+    assert qlora < 0.5 * plain
+
+
+def test_8bit_optimizer_and_zero_sharding_per_process():
+    full = Knobs(batch=1, cutoff_len=256, dtype="bf16", finetuning="full")
+    alone = estimate(QWEN25_05B, full, "sft", "cuda").parts
+    assert alone["optimizer (AdamW)"] == pytest.approx(WEIGHT_FACTOR * 494_032_768 * 8, rel=1e-6)
+    eight_bit = estimate(QWEN25_05B, replace(full, optim="paged_adamw_8bit"), "sft", "cuda").parts
+    assert eight_bit["optimizer (AdamW)"] == pytest.approx(alone["optimizer (AdamW)"] / 4, rel=1e-6)
+    zero2 = estimate(QWEN25_05B, replace(full, zero_stage=2, world_size=8), "sft", "cuda").parts
+    zero3 = estimate(QWEN25_05B, replace(full, zero_stage=3, world_size=8), "sft", "cuda").parts
+    assert zero2["weights"] == alone["weights"] and zero2["gradients"] == pytest.approx(alone["gradients"] / 8, abs=1)
+    assert zero3["weights"] == pytest.approx(alone["weights"] / 8, abs=1)
+    assert zero3["activations"] == alone["activations"]  # each process keeps its own batch's activations
