@@ -66,7 +66,6 @@ def test_two_processes_train_through_torchrun_on_this_cpu(tmp_path, tiny_model, 
     result = run_mpskit("train", *words, cwd=tmp_path, env={"NPROC_PER_NODE": "2"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 processes: torch.distributed.run" in result.stderr
-    assert "Process rank: 1, world size: 2" in result.stderr
     run_dir = (tmp_path / "output" / f"{stage}-model" / "latest").resolve()
     ranks = [json.loads((run_dir / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["rank"] for r in ranks] == [0, 1] and all(r["world_size"] == 2 for r in ranks)
