@@ -21,7 +21,7 @@ from mpskit import lf
 from mpskit.errors import Interrupted, MpskitError
 from mpskit.launch import inside_launch, rank
 from mpskit.oom import OutOfMemory, next_rung, recognise
-from mpskit.planner import asked_knobs, knob_args
+from mpskit.planner import asked_knobs, effective_batch, knob_args
 
 MAX_ATTEMPTS = 4
 
@@ -39,12 +39,15 @@ def last_checkpoint(run_dir: Path) -> Path | None:
     return max(steps)[1] if steps else None
 
 
+def read_record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "mpskit.json").read_text(encoding="utf-8"))
+
+
 def update_record(run_dir: Path, change) -> dict:
     """Read mpskit.json, let `change` edit it, write it back."""
-    path = run_dir / "mpskit.json"
-    record = json.loads(path.read_text(encoding="utf-8"))
+    record = read_record(run_dir)
     change(record)
-    path.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    (run_dir / "mpskit.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
     return record
 
 
@@ -90,8 +93,8 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
     from mpskit.monitor import MemoryMonitor
 
     lf.import_engine()
-    effective = int(args.get("per_device_train_batch_size", 1)) * int(args.get("gradient_accumulation_steps", 1))
-    first = len(json.loads((run_dir / "mpskit.json").read_text()).get("attempts", [])) + 1
+    effective = effective_batch(args)
+    first = len(read_record(run_dir).get("attempts", [])) + 1
     attempt = first - 1
     while True:
         attempt += 1
@@ -120,7 +123,7 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
                 raise Interrupted(run_dir, last_checkpoint(run_dir))
             return run_dir
 
-        predicted = json.loads((run_dir / "mpskit.json").read_text()).get("memory", {}).get("predicted", {})
+        predicted = read_record(run_dir).get("memory", {}).get("predicted", {})
         print(_oom_block(oom, predicted.get("training_gb"), attempt, _step_reached(run_dir)), file=sys.stderr)
         rung = next_rung(before, effective, ladder.free, ladder.cutoff_floor)
         entry.update(outcome="out of memory", device_figures=vars(oom), next_rung=rung[1] if rung else None)
@@ -147,7 +150,7 @@ def _command_that_fits(run_dir: Path, args: dict, effective: int) -> str:
     """The recorded command with the next rung taken as if every knob were free."""
     every_knob = {"checkpointing", "batch", "lora_rank", "cutoff_len"}
     rung = next_rung(asked_knobs(args), effective, every_knob, cutoff_floor=64)
-    command = json.loads((run_dir / "mpskit.json").read_text()).get("command") or ["mpskit", "train"]
+    command = read_record(run_dir).get("command") or ["mpskit", "train"]
     if rung is None:
         return "a smaller model or a machine with more memory (see `mpskit plan`)"
     current = knob_args(asked_knobs(args), effective)

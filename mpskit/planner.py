@@ -129,6 +129,11 @@ def zero_stage_of(path: str | None) -> int:
         raise MpskitError(f"deepspeed config {path} is not readable JSON", "point deepspeed to a ZeRO config") from err
 
 
+def effective_batch(args: dict) -> int:
+    """Sequences (or pairs) per optimizer step and process: micro-batch x accumulation."""
+    return int(args.get("per_device_train_batch_size", 1)) * int(args.get("gradient_accumulation_steps", 1))
+
+
 def asked_knobs(args: dict, world_size: int = 1) -> Knobs:
     dtype = "bf16" if args.get("bf16") else "fp16" if args.get("fp16") else "fp32"
     return Knobs(
@@ -288,7 +293,7 @@ def plan(
     explain: bool = True,
 ) -> Plan:
     asked = asked_knobs(args, world_size)
-    effective = asked.batch * int(args.get("gradient_accumulation_steps", 1))
+    effective = effective_batch(args)
     half_is_fast = device != "mps" or bf16_is_fast(hw)
     asked_option = _option(dims, asked, stage, device, half_is_fast)
     budget = budget_for(hw, device, asked_option.estimate.framework, budget_gb, processes_per_node)
