@@ -92,9 +92,7 @@ def cmd_config(words: list[str]) -> int:
         lf.write_yaml(run.args, output)
         print(f"mpskit: wrote {output}", file=sys.stderr)
     else:
-        import yaml
-
-        print(yaml.safe_dump(run.args, sort_keys=False, allow_unicode=True), end="")
+        print(lf.yaml_text(run.args), end="")
     return 0
 
 

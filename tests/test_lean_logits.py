@@ -1,0 +1,200 @@
+"""Lean logits against LLaMA-Factory's own path: the same losses, metrics and LoRA gradients.
+
+On a random-initialised 2-layer model with Qwen's 151,936-token vocabulary, so the chunked pass
+really runs in several chunks, and with batches padded on the right, on the left, and with rows of
+very different lengths.
+"""
+
+import functools
+
+import pytest
+import torch
+from conftest import ROOT
+
+from mpskit.foodpo import FooDPOConfig
+
+IGNORE = -100
+QWEN_VOCAB = 151936
+
+
+def test_token_logps_and_gradient_match_log_softmax(monkeypatch):
+    from mpskit import lean_logits
+
+    monkeypatch.setattr(lean_logits, "CHUNK_BYTES", 4 * 3000 * 37)  # 37 positions a chunk: 14 chunks
+    torch.manual_seed(0)
+    hidden = torch.randn(500, 64, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(3000, 64, dtype=torch.float64) * 0.1
+    targets = torch.randint(0, 3000, (500,))
+    upstream = torch.randn(500, dtype=torch.float64)
+
+    lean = lean_logits.token_logps(hidden, weight, targets)
+    (lean * upstream).sum().backward()
+    lean_grad, hidden.grad = hidden.grad, None
+    plain = (hidden @ weight.T).float().log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
+    (plain * upstream.float()).sum().backward()
+
+    torch.testing.assert_close(lean, plain, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(lean_grad, hidden.grad, rtol=1e-5, atol=1e-7)
+    with torch.no_grad():  # no gradient kept when none is asked for
+        torch.testing.assert_close(lean_logits.token_logps(hidden, weight, targets), plain.detach())
+
+
+def test_mean_logit_per_position_is_the_mean_of_the_logits():
+    from mpskit.lean_logits import mean_logit_per_position
+
+    torch.manual_seed(1)
+    hidden, weight = torch.randn(2, 5, 16), torch.randn(700, 16)
+    torch.testing.assert_close(mean_logit_per_position(hidden, weight), (hidden @ weight.T).mean(-1))
+
+
+@pytest.fixture(scope="module")
+def qwen_vocab_model(tmp_path_factory):
+    from mpskit.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("vocab") / "model", ROOT / "data", dims={"vocab_size": QWEN_VOCAB})
+
+
+def trainer_args(model, tmp_path, stage: str) -> dict:
+    return {
+        "model_name_or_path": str(model),
+        "template": "qwen",
+        "stage": stage,
+        "do_train": True,
+        "finetuning_type": "lora",
+        "lora_target": "all",
+        "lora_rank": 8,
+        "pref_beta": 0.1,
+        "dataset_dir": str(ROOT / "data"),
+        "dataset": "demo_pref" if stage == "dpo" else "demo_sft",
+        "cutoff_len": 128,
+        "per_device_train_batch_size": 4,
+        "output_dir": str(tmp_path),
+        "use_cpu": True,
+        "report_to": "none",
+        "seed": 0,
+    }
+
+
+def randomise_lora(model) -> None:
+    """peft starts LoRA B at zero (every gradient of A zero, every reward 0): move off that point."""
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
+
+
+def padded_batches(batch: dict, pairs: bool) -> dict:
+    """The collated batch (right-padded), the same rows left-padded, and rows cut to very different lengths."""
+    ids, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
+    left = {key: torch.zeros_like(value) for key, value in batch.items()}
+    left["labels"].fill_(IGNORE)
+    for row in range(ids.size(0)):
+        length = int(mask[row].sum())
+        for key, source in (("input_ids", ids), ("labels", labels), ("attention_mask", mask)):
+            left[key][row, ids.size(1) - length :] = source[row, :length]
+    ragged = {key: value.clone() for key, value in batch.items()}
+    for row in range(ids.size(0)):
+        keep = int(mask[row].sum())
+        keep = keep if row % (ids.size(0) // 2 if pairs else 2) == 0 else max(keep // 3, 12)
+        ragged["attention_mask"][row, keep:] = 0
+        ragged["labels"][row, keep:] = IGNORE
+        ragged["input_ids"][row, keep:] = 0
+    return {"right": batch, "left": left, "ragged": ragged}
+
+
+def loss_metrics_grads(trainer, run_step, batch) -> tuple[float, dict, dict]:
+    model = trainer.model
+    model.zero_grad()
+    loss, metrics = run_step(trainer, model, dict(batch))
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}
+    return loss.item(), metrics, grads
+
+
+def assert_same(plain, lean) -> None:
+    (plain_loss, plain_metrics, plain_grads), (lean_loss, lean_metrics, lean_grads) = plain, lean
+    assert lean_loss == pytest.approx(plain_loss, rel=1e-5)
+    assert lean_metrics.keys() == plain_metrics.keys()
+    for key, value in plain_metrics.items():
+        assert lean_metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert lean_grads.keys() == plain_grads.keys() and any(g.abs().sum() > 0 for g in plain_grads.values())
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(lean_grads[name], grad, rtol=1e-4, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("foodpo", [None, FooDPOConfig(pref_beta_scale=0.5), FooDPOConfig(0.5, ppl_source="reference")])
+def test_dpo_and_foodpo_lean_equal_plain(qwen_vocab_model, tmp_path, foodpo):
+    from mpskit.foodpo_trainer import build_dpo_trainer
+
+    args = trainer_args(qwen_vocab_model, tmp_path, "dpo")
+    plain = build_dpo_trainer(args, foodpo, lean=False)
+    lean = build_dpo_trainer(args, foodpo, lean=True)
+    randomise_lora(plain.model)
+    lean.model = plain.model  # one set of weights for both
+
+    def step(trainer, model, batch):
+        return trainer.get_batch_loss_metrics(model, batch)
+
+    for name, batch in padded_batches(next(iter(plain.get_train_dataloader())), pairs=True).items():
+        expected, got = loss_metrics_grads(plain, step, batch), loss_metrics_grads(lean, step, batch)
+        assert_same(expected, got)
+        if foodpo is not None:
+            assert got[1]["prompt_perplexity"] > 1 and got[1]["dynamic_beta"] > 0, name
+    assert lean.lean.report == {"asked": True, "training": "lean", "fallbacks": []}
+
+
+def build_sft_trainer(args: dict, lean: bool):
+    """LLaMA-Factory's SFT trainer built the way run_sft builds it (lean: mpskit's)."""
+    from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
+    from llamafactory.hparams import get_train_args
+    from llamafactory.model import load_model, load_tokenizer
+
+    from mpskit.lean_trainers import CustomSeq2SeqTrainer, LeanPath, LeanSFTTrainer
+
+    model_args, data_args, training_args, finetuning_args, _ = get_train_args(args)
+    tokenizer_module = load_tokenizer(model_args)
+    template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
+    dataset_module = get_dataset(template, model_args, data_args, training_args, stage="sft", **tokenizer_module)
+    model = load_model(tokenizer_module["tokenizer"], model_args, finetuning_args, training_args.do_train)
+    collator = SFTDataCollatorWith4DAttentionMask(
+        template=template, model=model, pad_to_multiple_of=8, label_pad_token_id=IGNORE, **tokenizer_module
+    )
+    cls = functools.partial(LeanSFTTrainer, lean=LeanPath(True)) if lean else CustomSeq2SeqTrainer
+    return cls(
+        model=model,
+        args=training_args,
+        finetuning_args=finetuning_args,
+        data_collator=collator,
+        callbacks=[],
+        **dataset_module,
+        **tokenizer_module,
+    )
+
+
+def test_sft_lean_equals_plain(qwen_vocab_model, tmp_path):
+    args = trainer_args(qwen_vocab_model, tmp_path, "sft")
+    plain, lean = build_sft_trainer(args, lean=False), build_sft_trainer(args, lean=True)
+    randomise_lora(plain.model)
+    lean.model = plain.model
+
+    def step(trainer, model, batch):
+        items = (batch["labels"] != IGNORE).sum() + 7  # as if part of a larger accumulated batch
+        return trainer.compute_loss(model, batch, num_items_in_batch=items), {}
+
+    for batch in padded_batches(next(iter(plain.get_train_dataloader())), pairs=False).values():
+        assert_same(loss_metrics_grads(plain, step, batch), loss_metrics_grads(lean, step, batch))
+    assert lean.lean.report["training"] == "lean"
+
+
+def test_full_finetuning_falls_back_and_says_so(qwen_vocab_model, tmp_path, capsys):
+    from mpskit.foodpo_trainer import build_dpo_trainer
+
+    args = {**trainer_args(qwen_vocab_model, tmp_path, "dpo"), "finetuning_type": "full", "pref_loss": "orpo"}
+    args.pop("lora_target")
+    trainer = build_dpo_trainer(args, lean=True)
+    batch = next(iter(trainer.get_train_dataloader()))
+    trainer.get_batch_loss_metrics(trainer.model, dict(batch))
+    trainer.get_batch_loss_metrics(trainer.model, dict(batch))
+    assert trainer.lean.report["training"] == "plain"
+    assert capsys.readouterr().err.count("lean logits off for training: the output layer is trained") == 1
