@@ -108,7 +108,7 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
         monitor, stopper = MemoryMonitor(device), StopOnSignal()  # monitor after the imports: baseline
         callbacks = [monitor, stopper, *(fake_out_of_memory() if attempt == first == 1 else [])]
         try:
-            lf.run(attempt_args, callbacks=callbacks)
+            logits_path = lf.run(attempt_args, callbacks=callbacks)
         except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
             oom = recognise(err)
             if oom is None:
@@ -118,7 +118,8 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
             _free_device_memory(device)
         else:
             outcome = f"stopped by {stopper.signal_name}" if stopper.signal_name else "finished"
-            _record_attempt(run_dir, {**entry, "outcome": outcome}, monitor.stop(), monitor.samples)
+            entry.update(outcome=outcome, lean_logits=logits_path)
+            _record_attempt(run_dir, entry, monitor.stop(), monitor.samples)
             if stopper.signal_name:
                 raise Interrupted(run_dir, last_checkpoint(run_dir))
             return run_dir

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import torch
 
-# One chunk's float32 logits stay under this size (about 220 positions for Qwen's vocabulary).
-CHUNK_BYTES = 128 * 1024**2
+# One chunk's float32 logits stay under this size (about 220 positions for Qwen's vocabulary); the
+# memory model counts the same constant.
+from mpskit.memory import LEAN_CHUNK_BYTES as CHUNK_BYTES
+
 # Model types whose causal-LM head is exactly `lm_head(hidden_states)`: no logit scaling or soft-capping.
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 

@@ -41,6 +41,13 @@ LOGIT_COPIES = {"sft": 3, "dpo": 5}
 # attention the float32 heads x s x s gradients of the probabilities and of the scores.
 MLP_GRADIENT_COPIES = 2
 ATTENTION_GRADIENT_COPIES = 2
+LEAN_STAGES = ("sft", "dpo", "foodpo")
+# The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
+# matmul's output, and per scored position two hidden-sized rows: the gathered hidden state and its
+# gradient; in the backward, the hidden gradient scattered back to every position.
+LEAN_CHUNK_BYTES = 128 * 1024**2
+LEAN_CHUNK_COPIES = 2
+LEAN_HIDDEN_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,12 @@ class Knobs:
     optim: str = "adamw_torch"  # or an 8-bit bitsandbytes AdamW (CUDA)
     zero_stage: int = 0  # DeepSpeed ZeRO: 2 shards gradients and optimizer states, 3 also weights
     world_size: int = 1  # processes sharing the run (the estimate is per process)
+    lean_logits: bool = False  # next-token log-probabilities in chunks, never the whole logits
+
+
+def lean_logits_apply(knobs: Knobs, stage: str) -> bool:
+    """The lean path runs for SFT, DPO and fooDPO with a frozen output layer (LoRA)."""
+    return knobs.lean_logits and stage in LEAN_STAGES and knobs.finetuning == "lora"
 
 
 @dataclass
@@ -215,11 +228,16 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
         parts["activations"] = dims.layers * layer_bytes
 
     logit_buffer = tokens * dims.vocab * 4
-    logit_parts = (
-        {"logits (float32)": 2 * logit_buffer, "reference forward": (LOGIT_COPIES["dpo"] - 2) * logit_buffer}
-        if stage in ("dpo", "foodpo")
-        else {"logits (float32)": LOGIT_COPIES["sft"] * logit_buffer}
-    )
+    if lean_logits_apply(knobs, stage):
+        chunk = min(LEAN_CHUNK_BYTES, logit_buffer)
+        logit_parts = {"lean logits": LEAN_CHUNK_COPIES * chunk + LEAN_HIDDEN_COPIES * tokens * dims.hidden * width}
+    elif stage in ("dpo", "foodpo"):
+        logit_parts = {
+            "logits (float32)": 2 * logit_buffer,
+            "reference forward": (LOGIT_COPIES["dpo"] - 2) * logit_buffer,
+        }
+    else:
+        logit_parts = {"logits (float32)": LOGIT_COPIES["sft"] * logit_buffer}
     workspace = tokens * dims.ffn * width * MLP_GRADIENT_COPIES
     if not fused:
         workspace += sequences * dims.heads * knobs.cutoff_len**2 * 4 * ATTENTION_GRADIENT_COPIES

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from mpskit.memory import GB, Knobs
+from dataclasses import replace
+
+from mpskit.memory import GB, Knobs, estimate, lean_logits_apply
 from mpskit.planner import Option, Plan
 from mpskit.resolve import ResolvedRun
 
@@ -53,6 +55,7 @@ def plan_lines(run: ResolvedRun, plan: Plan) -> list[str]:
     lines.append(f"  {'= training':22} {_gb(shown.estimate.training)}")
     where = "host RAM, outside the GPU budget" if plan.device == "cuda" else "taken out of the RAM budget already"
     lines.append(f"  {'+ framework (imports)':22} {_gb(shown.estimate.framework)}  ({where})")
+    lines.append(f"logits     {_logits_line(plan, shown)}")
     lines += [f"changed    {note}" for note in plan.changes]
     if plan.alternatives:
         lines.append("also fits  (speed relative to the choice)")
@@ -61,6 +64,23 @@ def plan_lines(run: ResolvedRun, plan: Plan) -> list[str]:
     if not plan.fits:
         lines += [f"would fit  {note}" for note in plan.would_fit]
     return lines
+
+
+def lean_saving(plan: Plan, option: Option) -> int | None:
+    """Bytes the lean-logits path saves over whole logits for this setting; None where it does not run."""
+    if not lean_logits_apply(option.knobs, plan.stage):
+        return None
+    whole = estimate(plan.dims, replace(option.knobs, lean_logits=False), plan.stage, plan.device)
+    return whole.training - option.estimate.training
+
+
+def _logits_line(plan: Plan, option: Option) -> str:
+    saving = lean_saving(plan, option)
+    if saving is not None:
+        return f"lean logits: -{saving / GB:.2f} GB against whole logits (lean_logits=false)"
+    if option.knobs.lean_logits:
+        return "whole logits: lean logits need sft, dpo or foodpo with LoRA"
+    return "whole logits (lean_logits=false)"
 
 
 def _alternative(option: Option, plan: Plan) -> str:
@@ -89,4 +109,7 @@ def plan_as_dict(run: ResolvedRun, plan: Plan) -> dict:
         "alternatives": [option(o) for o in plan.alternatives],
         "changes": plan.changes,
         "would_fit": plan.would_fit,
+        "lean_logits_saving_gb": None
+        if (saving := lean_saving(plan, plan.chosen or plan.asked)) is None
+        else round(saving / GB, 3),
     }

@@ -148,6 +148,7 @@ def asked_knobs(args: dict, world_size: int = 1) -> Knobs:
         optim=str(args.get("optim") or DEFAULT_OPTIM),
         zero_stage=zero_stage_of(args.get("deepspeed")),
         world_size=world_size,
+        lean_logits=bool(args.get("lean_logits", True)),  # auto: on wherever it applies
     )
 
 
@@ -169,6 +170,7 @@ def knob_args(knobs: Knobs, effective_batch: int) -> dict:
         "bf16": knobs.dtype == "bf16",
         "fp16": knobs.dtype == "fp16",
         "flash_attn": attention,
+        "lean_logits": knobs.lean_logits,
         **extra,
     }
 

@@ -33,6 +33,7 @@ PLANNER_KEYS = (
     "quantization_bit",
     "optim",
     "deepspeed",
+    "lean_logits",
 )
 DEVICES = ("auto", "mps", "cuda", "cpu")
 

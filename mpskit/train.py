@@ -208,6 +208,8 @@ def continue_run(run_dir: Path, need_checkpoint: bool = False) -> Path:
     if record.get("mps_hidden"):
         hide_accelerators()
     args = yaml.safe_load(yaml_file.read_text(encoding="utf-8"))
+    if lf.LEAN_KEY in record.get("llamafactory_args", {}):  # mpskit's own key, not in the YAML
+        args[lf.LEAN_KEY] = record["llamafactory_args"][lf.LEAN_KEY]
     saved = record.get("ladder", {})
     # one process out of memory cannot change the knobs of the others: no fallback when distributed
     free = set(saved.get("free", [])) if processes == (1, 1) else set()

@@ -28,7 +28,16 @@ RANGES = {
     "dataloader_num_workers": ("int", 0, None),
     "pref_beta": ("positive", 0.0, None),
 }
-SWITCHES = ("bf16", "fp16", "disable_gradient_checkpointing", "do_train", "use_cpu", "plot_loss", "trust_remote_code")
+SWITCHES = (
+    "bf16",
+    "fp16",
+    "disable_gradient_checkpointing",
+    "do_train",
+    "use_cpu",
+    "plot_loss",
+    "trust_remote_code",
+    "lean_logits",
+)
 CHOICES = {
     "flash_attn": ("auto", "disabled", "sdpa", "fa2", "fa3"),
     "finetuning_type": ("lora", "freeze", "full", "oft"),

@@ -70,6 +70,7 @@ def test_two_processes_train_through_torchrun_on_this_cpu(tmp_path, tiny_model, 
     ranks = [json.loads((run_dir / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["rank"] for r in ranks] == [0, 1] and all(r["world_size"] == 2 for r in ranks)
     assert all(r["outcome"] == "finished" and r["measured"]["training_gb"] > 0 for r in ranks)
+    assert all(r["lean_logits"]["training"] == "lean" for r in ranks)  # the lean path under DDP
     written = yaml.safe_load((run_dir / "llamafactory.yaml").read_text())
     assert written["ddp_backend"] == "gloo"
     adapters = [p for p in run_dir.rglob("adapter_model.safetensors") if not p.parent.name.startswith("checkpoint")]

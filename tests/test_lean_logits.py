@@ -6,15 +6,20 @@ very different lengths.
 """
 
 import functools
+import json
+import math
 
 import pytest
 import torch
+import yaml
 from conftest import ROOT
 
 from mpskit.foodpo import FooDPOConfig
 
 IGNORE = -100
 QWEN_VOCAB = 151936
+# what differs between two runs of the same training: wall time, memory, progress
+TIMING_KEYS = {"elapsed_time", "remaining_time", "memory_peak_gb", "throughput", "total_tokens", "percentage"}
 
 
 def test_token_logps_and_gradient_match_log_softmax(monkeypatch):
@@ -198,3 +203,56 @@ def test_full_finetuning_falls_back_and_says_so(qwen_vocab_model, tmp_path, caps
     trainer.get_batch_loss_metrics(trainer.model, dict(batch))
     assert trainer.lean.report["training"] == "plain"
     assert capsys.readouterr().err.count("lean logits off for training: the output layer is trained") == 1
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("stage", ["sft", "dpo", "foodpo"])
+def test_lean_run_logs_the_losses_of_the_plain_run(tmp_path, tiny_model, stage):
+    """`mpskit train` (lean logits, the default) against the same run on whole logits: plain
+    `llamafactory-cli train` on the YAML mpskit wrote for sft and dpo, `lean_logits=false` for foodpo
+    (and for every logged metric of dpo)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import run_mpskit
+    from test_e2e import FAST
+
+    short = ["max_steps=6", "logging_steps=1", "eval_strategy=no", "save_steps=1000"]
+    scale = ["pref_beta_scale=0.5"] if stage == "foodpo" else []
+    words = [f"stage={stage}", f"model_name_or_path={tiny_model}", *FAST, *short, *scale]
+
+    def mpskit_run(name: str, *extra: str) -> Path:
+        result = run_mpskit("train", *words, f"run_name={name}", *extra, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return (tmp_path / "output" / name / "latest").resolve()
+
+    def logged(run_dir: Path) -> list[dict]:
+        rows = [json.loads(line) for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
+        return [row for row in rows if "loss" in row]
+
+    lean_dir = mpskit_run("lean")
+    record = json.loads((lean_dir / "mpskit.json").read_text())
+    assert record["attempts"][-1]["lean_logits"] == {"asked": True, "training": "lean", "fallbacks": []}
+    assert "lean_logits" not in yaml.safe_load((lean_dir / "llamafactory.yaml").read_text())
+    plains = [mpskit_run("plain", "lean_logits=false")] if stage != "sft" else []
+    if stage != "foodpo":
+        cli = Path(sys.executable).parent / "llamafactory-cli"
+        out = tmp_path / "cli"
+        done = subprocess.run([str(cli), "train", str(lean_dir / "llamafactory.yaml"), f"output_dir={out}"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        plains.append(out)
+    lean_rows = logged(lean_dir)
+    assert len(lean_rows) == 6 and all(math.isfinite(row["loss"]) for row in lean_rows)
+    for plain_dir in plains:
+        plain_rows = logged(plain_dir)
+        assert [row["current_steps"] for row in plain_rows] == [row["current_steps"] for row in lean_rows]
+        for lean_row, plain_row in zip(lean_rows, plain_rows, strict=True):
+            shared = [key for key in plain_row if isinstance(plain_row[key], float) and key not in TIMING_KEYS]
+            assert "loss" in shared and (stage == "sft" or plain_dir.name == "cli" or "rewards/margins" in shared)
+            for key in shared:
+                assert lean_row[key] == pytest.approx(plain_row[key], rel=1e-5, abs=1e-7), (
+                    key,
+                    lean_row["current_steps"],
+                )
