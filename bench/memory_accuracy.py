@@ -73,6 +73,18 @@ HELD_OUT = [
     ("qwen2.5-0.5b", Case("foodpo", 128, 2, 16, True, "eager")),
 ]
 CASES += HELD_OUT
+# The lean-logits path (lean_logits=true), checkpointing on and off, SFT and DPO/fooDPO.
+LEAN = [
+    ("mid", Case("sft", 2048, 1, 8, True, lean_logits=True)),
+    ("mid", Case("dpo", 1024, 2, 8, True, lean_logits=True)),
+    ("mid", Case("dpo", 1024, 1, 8, False, lean_logits=True)),
+    ("qwen2.5-0.5b", Case("sft", 512, 1, 8, True, lean_logits=True)),
+    ("qwen2.5-0.5b", Case("sft", 1024, 2, 8, True, lean_logits=True)),
+    ("qwen2.5-0.5b", Case("sft", 512, 2, 8, False, lean_logits=True)),
+    ("qwen2.5-0.5b", Case("dpo", 512, 2, 8, True, lean_logits=True)),
+    ("qwen2.5-0.5b", Case("foodpo", 512, 1, 8, False, lean_logits=True)),
+]
+CASES += LEAN
 QUICK = [(model, case) for model, case in CASES if model in ("tiny", "small")]
 
 
@@ -85,24 +97,26 @@ def build_models(names: set[str], root: Path) -> dict[str, Path]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="only the tiny and small models")
+    parser.add_argument("--lean", action="store_true", help="only the lean-logits cases")
     parser.add_argument("--hardware", default="cpu", help="hardware profile of the runs (default: cpu)")
     parser.add_argument("--out", help="write every case as JSON here")
     ns = parser.parse_args()
-    cases = QUICK if ns.quick else CASES
+    cases = QUICK if ns.quick else LEAN if ns.lean else CASES
     with tempfile.TemporaryDirectory(prefix="mpskit-memory-bench-") as tmp:
         work = Path(tmp)
         data = write_long_data(work / "data")
         models = build_models({model for model, _ in cases}, work / "models")
         results = []
-        header = f"{'stage':7} {'model':13} {'cutoff':>6} {'batch':>5} {'rank':>4} {'ckpt':>4} {'attn':5}"
+        header = f"{'stage':7} {'model':13} {'cutoff':>6} {'batch':>5} {'rank':>4} {'ckpt':>4} {'attn':5} {'lean':4}"
         print(f"{header} {'estimate':>9} {'measured':>9} {'error':>7} {'time':>6}", flush=True)
         for i, (model, case) in enumerate(cases):
             row = measure(case, models[model], data, work / f"run-{i}", ns.hardware)
             results.append({"model": model, "case": vars(case), **row})
             print(
                 f"{case.stage:7} {model:13} {case.cutoff_len:>6} {case.batch:>5} {case.lora_rank:>4} "
-                f"{'on' if case.checkpointing else 'off':>4} {case.attention:5} {row['estimate_gb']:>8.3f}G "
-                f"{row['measured_gb']:>8.3f}G {row['error']:>+7.1%} {row['seconds']:>5.0f}s",
+                f"{'on' if case.checkpointing else 'off':>4} {case.attention:5} {case.lean_logits!s:4.4} "
+                f"{row['estimate_gb']:>8.3f}G {row['measured_gb']:>8.3f}G "
+                f"{row['error']:>+7.1%} {row['seconds']:>5.0f}s",
                 flush=True,
             )
     errors = [abs(row["error"]) for row in results]

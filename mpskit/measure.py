@@ -30,6 +30,7 @@ class Case:
     attention: str = "sdpa"
     accumulation: int = 1
     steps: int = 2
+    lean_logits: bool = False
 
     def words(self) -> list[str]:
         """Every planner knob pinned, so the run is exactly this case."""
@@ -43,6 +44,7 @@ class Case:
             f"disable_gradient_checkpointing={str(not self.checkpointing).lower()}",
             f"flash_attn={'disabled' if self.attention == 'eager' else 'sdpa'}",
             f"max_steps={self.steps}",
+            f"lean_logits={str(self.lean_logits).lower()}",
         ]
 
 
