@@ -19,9 +19,9 @@ from pathlib import Path
 
 from mpskit import lf
 from mpskit.errors import Interrupted, MpskitError
+from mpskit.knobs import LADDER, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.launch import inside_launch, rank
-from mpskit.oom import OutOfMemory, next_rung, recognise
-from mpskit.planner import asked_knobs, effective_batch, knob_args
+from mpskit.oom import OutOfMemory, recognise
 
 MAX_ATTEMPTS = 4
 
@@ -99,10 +99,10 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
     while True:
         attempt += 1
         attempt_args = {**args, "resume_from_checkpoint": str(checkpoint) if checkpoint else None}
-        before = asked_knobs(args)
+        before = from_args(args)
         entry = {
             "attempt": attempt,
-            "knobs": knob_args(before, effective),
+            "knobs": to_args(before, effective),
             "resumed_from": checkpoint.name if checkpoint else None,
         }
         monitor, stopper = MemoryMonitor(device), StopOnSignal()  # monitor after the imports: baseline
@@ -134,7 +134,7 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
                 f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
                 f"run with less memory: {_command_that_fits(run_dir, args, effective)}",
             )
-        args = {**args, **knob_args(rung[0], effective)}
+        args = {**args, **to_args(rung[0], effective)}
         # a checkpoint holds the adapter's weights: a new rank cannot resume from it
         checkpoint = last_checkpoint(run_dir) if rung[0].lora_rank == before.lora_rank else None
         where = f"resuming from {checkpoint.name}" if checkpoint else "restarting from step 0"
@@ -149,12 +149,11 @@ def _step_reached(run_dir: Path) -> str:
 
 def _command_that_fits(run_dir: Path, args: dict, effective: int) -> str:
     """The recorded command with the next rung taken as if every knob were free."""
-    every_knob = {"checkpointing", "batch", "lora_rank", "cutoff_len"}
-    rung = next_rung(asked_knobs(args), effective, every_knob, cutoff_floor=64)
+    knobs = from_args(args)
+    rung = next_rung(knobs, effective, set(LADDER), cutoff_floor=64)
     command = read_record(run_dir).get("command") or ["mpskit", "train"]
     if rung is None:
         return "a smaller model or a machine with more memory (see `mpskit plan`)"
-    current = knob_args(asked_knobs(args), effective)
-    words = [f"{key}={str(value).lower() if isinstance(value, bool) else value}"
-             for key, value in knob_args(rung[0], effective).items() if current.get(key) != value]  # fmt: skip
-    return shlex.join([*command, *words])
+    current, after = to_args(knobs, effective), to_args(rung[0], effective)
+    moved = tuple(key for key, value in after.items() if current.get(key) != value)
+    return shlex.join([*command, *as_words(rung[0], effective, moved).split()])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.knobs import Knobs, as_words
 from mpskit.memory import sequences_per_step
 from mpskit.presets import config_dir
 
@@ -33,18 +34,16 @@ class Case:
     lean_logits: bool = False
 
     def words(self) -> list[str]:
-        """Every planner knob pinned, so the run is exactly this case."""
+        """Every planner knob a CPU run has pinned, so the run is exactly this case."""
+        knobs = Knobs(self.batch, self.cutoff_len, self.lora_rank, self.checkpointing,
+                      attention=self.attention, lean_logits=self.lean_logits)  # fmt: skip
+        pinned = ("per_device_train_batch_size", "gradient_accumulation_steps", "cutoff_len", "lora_rank",
+                  "disable_gradient_checkpointing", "flash_attn", "lean_logits")  # fmt: skip
         return [
             f"stage={self.stage}",
             f"dataset={'long_sft' if self.stage == 'sft' else 'long_pref'}",
-            f"cutoff_len={self.cutoff_len}",
-            f"per_device_train_batch_size={self.batch}",
-            f"gradient_accumulation_steps={self.accumulation}",
-            f"lora_rank={self.lora_rank}",
-            f"disable_gradient_checkpointing={str(not self.checkpointing).lower()}",
-            f"flash_attn={'disabled' if self.attention == 'eager' else 'sdpa'}",
+            *as_words(knobs, self.batch * self.accumulation, pinned).split(),
             f"max_steps={self.steps}",
-            f"lean_logits={str(self.lean_logits).lower()}",
         ]
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mpskit.knobs import Knobs
+
 GB = 1024**3
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ATTENTION = ("sdpa", "eager")
@@ -104,24 +106,6 @@ def dims_from_mapping(data: dict) -> ModelDims:
     if missing:
         raise ValueError(f"model dims lack {', '.join(missing)}")
     return ModelDims(*(values[name] for name in names), tied_embeddings=bool(values.get("tied_embeddings", True)))
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """The settings memory depends on; the planner searches over these."""
-
-    batch: int  # per-device micro-batch (sequences; DPO pairs)
-    cutoff_len: int
-    lora_rank: int = 8
-    checkpointing: bool = True  # LLaMA-Factory's default
-    dtype: str = "fp32"
-    attention: str = "sdpa"  # sdpa, eager or fa2
-    finetuning: str = "lora"
-    quantization_bit: int | None = None  # 4 or 8: QLoRA through bitsandbytes (CUDA)
-    optim: str = "adamw_torch"  # or an 8-bit bitsandbytes AdamW (CUDA)
-    zero_stage: int = 0  # DeepSpeed ZeRO: 2 shards gradients and optimizer states, 3 also weights
-    world_size: int = 1  # processes sharing the run (the estimate is per process)
-    lean_logits: bool = False  # next-token log-probabilities in chunks, never the whole logits
 
 
 def lean_logits_apply(knobs: Knobs, stage: str) -> bool:

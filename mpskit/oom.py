@@ -1,17 +1,13 @@
-"""Out-of-memory errors: recognise them on MPS, CUDA and the CPU, and the next rung of the fallback ladder.
+"""Out-of-memory errors: recognise them on MPS, CUDA and the CPU, with their figures.
 
 accelerate's batch-size finder does not know the MPS text, so mpskit reads the errors itself. The
-ladder goes least costly first: checkpointing on (slower, same result); halve the micro-batch and
-double accumulation (same effective batch); lower the LoRA rank; shorten cutoff_len down to its
-floor. Only knobs the user left free move. No torch import.
+fallback ladder that follows one is knobs.next_rung. No torch import.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-
-from mpskit.memory import Knobs
+from dataclasses import dataclass
 
 # "MPS backend out of memory (MPS allocated: 8.93 GB, other allocations: 1.53 GB, max allowed: 12.48 GB).
 #  Tried to allocate 256.00 MB on private pool. ..."
@@ -23,7 +19,6 @@ MPS_OOM = re.compile(
 CUDA_OOM = re.compile(r"CUDA out of memory\. Tried to allocate (?P<request>[\d.]+ \w+)")
 CPU_OOM = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory).*?(?P<request>\d+) bytes")
 UNITS = {"B": 1, "KB": 1024, "KIB": 1024, "MB": 1024**2, "MIB": 1024**2, "GB": 1024**3, "GIB": 1024**3}
-MIN_LORA_RANK = 4
 
 
 @dataclass
@@ -62,26 +57,6 @@ def recognise(error: BaseException) -> OutOfMemory | None:
             match = CPU_OOM.search(text)
             return OutOfMemory("cpu", int(match["request"]) / 1024**3 if match else None)
         error = error.__cause__ or error.__context__
-    return None
-
-
-def next_rung(knobs: Knobs, effective_batch: int, free: set[str], cutoff_floor: int) -> tuple[Knobs, str] | None:
-    """The least costly change of a free knob that lowers memory, and what it costs; None at the bottom."""
-    if "checkpointing" in free and not knobs.checkpointing:
-        return replace(knobs, checkpointing=True), "gradient checkpointing on (about a third slower, same result)"
-    if "batch" in free and knobs.batch > 1:
-        batch = knobs.batch // 2
-        return replace(knobs, batch=batch), (
-            f"micro-batch {knobs.batch} -> {batch}, accumulation {effective_batch // batch} (same effective batch)"
-        )
-    if "lora_rank" in free and knobs.lora_rank // 2 >= MIN_LORA_RANK:
-        rank = knobs.lora_rank // 2
-        return replace(knobs, lora_rank=rank), f"LoRA rank {knobs.lora_rank} -> {rank} (a new adapter: restarts)"
-    if "cutoff_len" in free and knobs.cutoff_len > cutoff_floor:
-        cutoff = max(cutoff_floor, knobs.cutoff_len * 3 // 4)
-        return replace(
-            knobs, cutoff_len=cutoff
-        ), f"cutoff_len {knobs.cutoff_len} -> {cutoff} (longer examples truncated)"
     return None
 
 

@@ -4,28 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mpskit.memory import GB, Knobs, estimate, lean_logits_apply
+from mpskit.knobs import describe
+from mpskit.memory import GB, estimate, lean_logits_apply
 from mpskit.planner import Option, Plan
 from mpskit.resolve import ResolvedRun
-
-
-def describe_knobs(knobs: Knobs, effective_batch: int) -> str:
-    accumulation = max(1, effective_batch // knobs.batch)
-    words = [
-        f"batch {knobs.batch} x accumulation {accumulation}",
-        f"cutoff_len {knobs.cutoff_len}",
-        f"LoRA rank {knobs.lora_rank}",
-        f"checkpointing {'on' if knobs.checkpointing else 'off'}",
-        knobs.attention,
-        knobs.dtype,
-    ]
-    if knobs.quantization_bit:
-        words.append(f"{knobs.quantization_bit}-bit QLoRA")
-    if "8bit" in knobs.optim:
-        words.append(knobs.optim)
-    if knobs.zero_stage:
-        words.append(f"ZeRO-{knobs.zero_stage}")
-    return ", ".join(words)
 
 
 def _gb(value: int) -> str:
@@ -45,10 +27,10 @@ def plan_lines(run: ResolvedRun, plan: Plan) -> list[str]:
     if plan.fits:
         used = shown.estimate.training / budget.training_bytes
         lines.append(f"verdict    fits: {shown.estimate.training / GB:.2f} GB, {used:.0%} of the budget")
-        lines.append(f"chosen     {describe_knobs(shown.knobs, plan.effective_batch)}")
+        lines.append(f"chosen     {describe(shown.knobs, plan.effective_batch)}")
     else:
         lines.append("verdict    NO SETTING FITS")
-        lines.append(f"asked      {describe_knobs(shown.knobs, plan.effective_batch)}")
+        lines.append(f"asked      {describe(shown.knobs, plan.effective_batch)}")
     per = f", per process of {shown.knobs.world_size}" if shown.knobs.world_size > 1 else ""
     lines.append(f"estimate   (the peak of one training step{per})")
     lines += [f"  {name:22} {_gb(value)}" for name, value in shown.estimate.parts.items()]
@@ -85,7 +67,7 @@ def _logits_line(plan: Plan, option: Option) -> str:
 
 def _alternative(option: Option, plan: Plan) -> str:
     speed = option.speed / plan.chosen.speed
-    return f"{describe_knobs(option.knobs, plan.effective_batch)}: {option.estimate.training / GB:.2f} GB, x{speed:.2f}"
+    return f"{describe(option.knobs, plan.effective_batch)}: {option.estimate.training / GB:.2f} GB, x{speed:.2f}"
 
 
 def plan_as_dict(run: ResolvedRun, plan: Plan) -> dict:

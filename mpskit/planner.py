@@ -16,23 +16,35 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, installed_version, load_hardware, profile_names
-from mpskit.memory import GB, Estimate, Knobs, ModelDims, dims_from_mapping, estimate, sequences_per_step
+from mpskit.knobs import (
+    DEFAULT_CUTOFF_FLOOR,
+    DEFAULT_OPTIM,
+    EIGHT_BIT_OPTIM,
+    Knobs,
+    as_words,
+    changes,
+    effective_batch,
+    free_knobs,
+    from_args,
+    lower_cutoffs,
+    lower_ranks,
+    to_args,
+)
+from mpskit.memory import GB, Estimate, ModelDims, dims_from_mapping, estimate, sequences_per_step
 from mpskit.mps_env import hard_cap_gb
-from mpskit.presets import config_dir, load_yaml, preset_names, resolve_preset_file
+from mpskit.presets import load_yaml, preset_names, resolve_preset_file
 from mpskit.resolve import ResolvedRun, device_args
 
 # The estimate must fit with this share of the budget to spare: bench/memory_accuracy.py's worst
 # underestimate is 13.7% (DPO with checkpointing on Qwen2.5-0.5B dims); the median error is 1.9%.
 SAFETY_MARGIN = 0.15
+# The keys "what would fit" names, in this order.
+ADVICE_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "cutoff_len", "lora_rank",
+               "disable_gradient_checkpointing")  # fmt: skip
 CUDA_RESERVE_GB = 1.0  # CUDA context and allocator fragmentation
-DEFAULT_CUTOFF_FLOOR = 256
-MIN_LORA_RANK = 4
 # Rough sustained rates (flop/s) and the fixed cost of one micro-step (s): they only rank settings
 # against each other on one machine, so their ratio matters more than their values.
 DEVICE_SPEED = {"cpu": (5e10, 0.03), "mps": (3e12, 0.05), "cuda": (2e14, 0.02)}
-ATTENTION_KEYS = {"disabled": "eager", "fa2": "fa2"}  # flash_attn value -> memory model's name; else sdpa
-DEFAULT_OPTIM = "adamw_torch"
-EIGHT_BIT_OPTIM = "paged_adamw_8bit"
 
 
 @dataclass
@@ -114,67 +126,6 @@ def model_dims(run_dims: dict, model_path: str) -> ModelDims:
     )
 
 
-def deepspeed_file(stage: int) -> str:
-    return str(config_dir() / "deepspeed" / f"ds_z{stage}.json")
-
-
-def zero_stage_of(path: str | None) -> int:
-    """The ZeRO stage a DeepSpeed JSON file asks for (0 without one)."""
-    if not path:
-        return 0
-    try:
-        config = json.loads(Path(str(path)).expanduser().read_text(encoding="utf-8"))
-        return int(config.get("zero_optimization", {}).get("stage", 0))
-    except (OSError, ValueError, AttributeError) as err:
-        raise MpskitError(f"deepspeed config {path} is not readable JSON", "point deepspeed to a ZeRO config") from err
-
-
-def effective_batch(args: dict) -> int:
-    """Sequences (or pairs) per optimizer step and process: micro-batch x accumulation."""
-    return int(args.get("per_device_train_batch_size", 1)) * int(args.get("gradient_accumulation_steps", 1))
-
-
-def asked_knobs(args: dict, world_size: int = 1) -> Knobs:
-    dtype = "bf16" if args.get("bf16") else "fp16" if args.get("fp16") else "fp32"
-    return Knobs(
-        batch=int(args.get("per_device_train_batch_size", 1)),
-        cutoff_len=int(args.get("cutoff_len", 2048)),
-        lora_rank=int(args.get("lora_rank", 8)),
-        checkpointing=not args.get("disable_gradient_checkpointing", False),
-        dtype=dtype,
-        attention=ATTENTION_KEYS.get(str(args.get("flash_attn")), "sdpa"),
-        finetuning="full" if args.get("finetuning_type") == "full" else "lora",
-        quantization_bit=args.get("quantization_bit"),
-        optim=str(args.get("optim") or DEFAULT_OPTIM),
-        zero_stage=zero_stage_of(args.get("deepspeed")),
-        world_size=world_size,
-        lean_logits=bool(args.get("lean_logits", True)),  # auto: on wherever it applies
-    )
-
-
-def knob_args(knobs: Knobs, effective_batch: int) -> dict:
-    """The LLaMA-Factory keys for a setting; accumulation keeps the effective batch. The CUDA-only
-    knobs appear only when they are in use."""
-    attention = {"eager": "disabled"}.get(knobs.attention, knobs.attention)
-    extra = {"quantization_bit": knobs.quantization_bit} if knobs.quantization_bit else {}
-    if knobs.optim != DEFAULT_OPTIM:
-        extra["optim"] = knobs.optim
-    if knobs.zero_stage:
-        extra["deepspeed"] = deepspeed_file(knobs.zero_stage)
-    return {
-        "per_device_train_batch_size": knobs.batch,
-        "gradient_accumulation_steps": max(1, effective_batch // knobs.batch),
-        "disable_gradient_checkpointing": not knobs.checkpointing,
-        "lora_rank": knobs.lora_rank,
-        "cutoff_len": knobs.cutoff_len,
-        "bf16": knobs.dtype == "bf16",
-        "fp16": knobs.dtype == "fp16",
-        "flash_attn": attention,
-        "lean_logits": knobs.lean_logits,
-        **extra,
-    }
-
-
 def predicted_speed(dims: ModelDims, knobs: Knobs, stage: str, device: str, half_is_fast: bool = True) -> float:
     """Tokens per second from a flop count: forward 2N per token plus attention, backward about
     twice the forward's activations work (frozen weights need no weight gradient; LoRA's are tiny),
@@ -197,29 +148,14 @@ def predicted_speed(dims: ModelDims, knobs: Knobs, stage: str, device: str, half
     return tokens / (fixed_s + tokens * per_token / rate)
 
 
-def _halvings(start: int, floor: int) -> list[int]:
-    values = [start]
-    while values[-1] // 2 >= floor:
-        values.append(values[-1] // 2)
-    return values
-
-
-def _cutoffs(start: int, floor: int) -> list[int]:
-    """start, then multiples of 64 stepping down by a quarter, down to the floor."""
-    values = [start]
-    while True:
-        nxt = max(floor, int(values[-1] * 0.75) // 64 * 64)
-        if nxt >= values[-1] or nxt < floor:
-            return values
-        values.append(nxt)
-
-
 def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effective: int, floor: int) -> list[Knobs]:
     """Every setting of the free knobs, quality knobs (cutoff, rank) first in the order tried."""
     batches = [b for b in range(1, effective + 1) if effective % b == 0] if "batch" in free else [asked.batch]
     checkpointing = [False, True] if "checkpointing" in free else [asked.checkpointing]
-    ranks = _halvings(asked.lora_rank, MIN_LORA_RANK) if "lora_rank" in free else [asked.lora_rank]
-    cutoffs = _cutoffs(asked.cutoff_len, min(floor, asked.cutoff_len)) if "cutoff_len" in free else [asked.cutoff_len]
+    ranks = lower_ranks(asked.lora_rank) if "lora_rank" in free else [asked.lora_rank]
+    cutoffs = [asked.cutoff_len]
+    if "cutoff_len" in free:
+        cutoffs = lower_cutoffs(asked.cutoff_len, min(floor, asked.cutoff_len))
     attentions = ["sdpa", "eager"] if "attention" in free else [asked.attention]
     dtypes = [asked.dtype]
     if "dtype" in free and device == "mps" and asked.dtype == "fp32" and bf16_supported(hw):
@@ -245,27 +181,6 @@ def _option(dims: ModelDims, knobs: Knobs, stage: str, device: str, half_is_fast
     return Option(
         knobs, estimate(dims, knobs, stage, device), predicted_speed(dims, knobs, stage, device, half_is_fast)
     )
-
-
-def free_knobs(pinned: set[str]) -> set[str]:
-    """Planner knob names the user left open, from the LLaMA-Factory keys they pinned."""
-    free = set()
-    if not pinned & {"per_device_train_batch_size", "gradient_accumulation_steps"}:
-        free.add("batch")
-    for knob, key in (
-        ("checkpointing", "disable_gradient_checkpointing"),
-        ("lora_rank", "lora_rank"),
-        ("cutoff_len", "cutoff_len"),
-        ("attention", "flash_attn"),
-        ("quantization", "quantization_bit"),
-        ("optim", "optim"),
-        ("zero", "deepspeed"),
-    ):
-        if key not in pinned:
-            free.add(knob)
-    if not pinned & {"bf16", "fp16"}:
-        free.add("dtype")
-    return free
 
 
 def preference(option: Option) -> tuple:
@@ -294,7 +209,7 @@ def plan(
     processes_per_node: int = 1,
     explain: bool = True,
 ) -> Plan:
-    asked = asked_knobs(args, world_size)
+    asked = from_args(args, world_size)
     effective = effective_batch(args)
     half_is_fast = device != "mps" or bf16_is_fast(hw)
     asked_option = _option(dims, asked, stage, device, half_is_fast)
@@ -312,7 +227,7 @@ def plan(
     result = Plan(stage, device, dims, budget, asked_option, fitting[0] if fitting else None, effective_batch=effective)
     if fitting:
         result.alternatives = _alternatives(fitting)
-        result.changes = _changes(asked, fitting[0].knobs, effective, floor)
+        result.changes = changes(asked, fitting[0].knobs, effective, floor)
     elif explain:
         result.would_fit = _what_would_fit(stage, args, hw, device, dims, pinned, free, budget, options)
     return result
@@ -328,35 +243,6 @@ def _alternatives(fitting: list[Option], count: int = 3) -> list[Option]:
     ]
     same_quality.sort(key=lambda o: o.speed, reverse=True)
     return same_quality[:count]
-
-
-def _changes(asked: Knobs, chosen: Knobs, effective: int, floor: int) -> list[str]:
-    notes = []
-    if chosen.batch != asked.batch:
-        accumulation = effective // chosen.batch
-        notes.append(
-            f"micro-batch {asked.batch} -> {chosen.batch}, accumulation {accumulation} (effective {effective})"
-        )
-    if chosen.checkpointing != asked.checkpointing:
-        notes.append(f"gradient checkpointing {'on' if chosen.checkpointing else 'off'}")
-    if chosen.attention != asked.attention:
-        notes.append(f"attention {asked.attention} -> {chosen.attention}")
-    if chosen.dtype != asked.dtype:
-        notes.append(f"dtype {asked.dtype} -> {chosen.dtype}")
-    if chosen.zero_stage != asked.zero_stage:
-        notes.append(f"DeepSpeed ZeRO-{chosen.zero_stage} over {chosen.world_size} processes")
-    if chosen.quantization_bit != asked.quantization_bit:
-        notes.append(f"{chosen.quantization_bit}-bit QLoRA (bitsandbytes): nothing fits with 16-bit weights")
-    if chosen.optim != asked.optim:
-        notes.append(f"optimizer {asked.optim} -> {chosen.optim}")
-    if chosen.lora_rank != asked.lora_rank:
-        notes.append(f"LoRA rank {asked.lora_rank} -> {chosen.lora_rank}: nothing fits at rank {asked.lora_rank}")
-    if chosen.cutoff_len != asked.cutoff_len:
-        notes.append(
-            f"cutoff_len {asked.cutoff_len} -> {chosen.cutoff_len}: nothing fits at {asked.cutoff_len} "
-            f"(floor {floor}; set min_cutoff_len to change it); longer examples are truncated"
-        )
-    return notes
 
 
 def _what_would_fit(
@@ -378,29 +264,22 @@ def _what_would_fit(
             explain=False,
         )
         if unpinned.fits:
-            before = knob_args(unpinned.asked.knobs, unpinned.effective_batch)
-            after = knob_args(unpinned.chosen.knobs, unpinned.effective_batch)
+            before = to_args(unpinned.asked.knobs, unpinned.effective_batch)
+            after = to_args(unpinned.chosen.knobs, unpinned.effective_batch)
             moved = sorted(key for key in pinned if before.get(key) != after.get(key))
-            notes.append(f"unpin {', '.join(moved)}: {_as_words(unpinned.chosen.knobs, unpinned.effective_batch)}")
+            words = as_words(unpinned.chosen.knobs, unpinned.effective_batch, ADVICE_KEYS)
+            notes.append(f"unpin {', '.join(moved)}: {words}")
     if "cutoff_len" in free:
         for cutoff in (128, 64):
             knobs = replace(smallest.knobs, cutoff_len=min(cutoff, smallest.knobs.cutoff_len))
             if estimate(dims, knobs, stage, device).training <= limit:
-                notes.append(f"min_cutoff_len={knobs.cutoff_len} {_as_words(knobs, 0)}")
+                words = as_words(knobs, 0, tuple(key for key in ADVICE_KEYS if key != "gradient_accumulation_steps"))
+                notes.append(f"min_cutoff_len={knobs.cutoff_len} {words}")
                 break
     memory = "GPU memory" if device == "cuda" else "RAM"
     needed = smallest.estimate.total / (1 - SAFETY_MARGIN) / GB + (hw.headroom_gb or 0)
     notes.append(f"a machine with about {needed:.0f} GB {memory}")
     return notes
-
-
-def _as_words(knobs: Knobs, effective: int) -> str:
-    words = [f"per_device_train_batch_size={knobs.batch}"]
-    if effective:
-        words.append(f"gradient_accumulation_steps={max(1, effective // knobs.batch)}")
-    words += [f"cutoff_len={knobs.cutoff_len}", f"lora_rank={knobs.lora_rank}"]
-    words.append(f"disable_gradient_checkpointing={str(not knobs.checkpointing).lower()}")
-    return " ".join(words)
 
 
 def plan_run(run: ResolvedRun) -> Plan:
@@ -454,6 +333,6 @@ def _fits_elsewhere(run: ResolvedRun, dims: ModelDims) -> list[str]:
 
 def apply(run: ResolvedRun, chosen: Plan) -> None:
     """Write the chosen setting of the free knobs into the run's LLaMA-Factory arguments."""
-    for key, value in knob_args(chosen.chosen.knobs, chosen.effective_batch).items():
+    for key, value in to_args(chosen.chosen.knobs, chosen.effective_batch).items():
         if key not in run.pinned:
             run.args[key] = value

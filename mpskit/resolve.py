@@ -14,27 +14,13 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
+from mpskit.knobs import PLANNER_KEYS
 from mpskit.launch import process_layout
 from mpskit.presets import load_yaml, merge, preset_names, resolve_preset_file, translate_removed_keys
 from mpskit.validate import check_args
 
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
 MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len")
-# Knobs the planner may move unless the user or the hardware profile pins them (`auto` leaves them free).
-PLANNER_KEYS = (
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "disable_gradient_checkpointing",
-    "lora_rank",
-    "cutoff_len",
-    "bf16",
-    "fp16",
-    "flash_attn",
-    "quantization_bit",
-    "optim",
-    "deepspeed",
-    "lean_logits",
-)
 DEVICES = ("auto", "mps", "cuda", "cpu")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from mpskit import lf, planner
+from mpskit import knobs, lf, planner
 from mpskit.attempts import Ladder, last_checkpoint, run_attempts
 from mpskit.errors import MpskitError, warn
 from mpskit.foodpo import split_foodpo_args
@@ -146,8 +146,8 @@ def check_disk(run: ResolvedRun, root: str | Path = "output") -> None:
 
 def ladder_for(run: ResolvedRun) -> Ladder:
     return Ladder(
-        free=planner.free_knobs(run.pinned),
-        cutoff_floor=run.limits.get("min_cutoff_len", planner.DEFAULT_CUTOFF_FLOOR),
+        free=knobs.free_knobs(run.pinned),
+        cutoff_floor=run.limits.get("min_cutoff_len", knobs.DEFAULT_CUTOFF_FLOOR),
     )
 
 
@@ -213,7 +213,7 @@ def continue_run(run_dir: Path, need_checkpoint: bool = False) -> Path:
     saved = record.get("ladder", {})
     # one process out of memory cannot change the knobs of the others: no fallback when distributed
     free = set(saved.get("free", [])) if processes == (1, 1) else set()
-    ladder = Ladder(free, saved.get("cutoff_floor", planner.DEFAULT_CUTOFF_FLOOR))
+    ladder = Ladder(free, saved.get("cutoff_floor", knobs.DEFAULT_CUTOFF_FLOOR))
     if checkpoint:
         print(f"mpskit: resuming {run_dir} from {checkpoint.name}", file=sys.stderr)
     return run_attempts(run_dir, args, record["device"], ladder, checkpoint)

@@ -10,6 +10,7 @@ BATCH="${BATCH:-}"                              # per_device_train_batch_size
 GRAD_ACCUM="${GRAD_ACCUM:-}"                    # gradient_accumulation_steps
 LR="${LR:-}"                                    # learning_rate
 EPOCHS="${EPOCHS:-}"                            # num_train_epochs
+LEAN_LOGITS="${LEAN_LOGITS:-}"                  # true / false; empty = auto (on for LoRA sft, dpo, foodpo)
 
 eval "$(mpskit env ${HARDWARE:+--hardware "$HARDWARE"})"
 TRAIN_ARGS=(
@@ -18,5 +19,5 @@ TRAIN_ARGS=(
     ${HARDWARE:+--hardware "$HARDWARE"}
     ${MAX_SEQ_LEN:+cutoff_len=$MAX_SEQ_LEN} ${LORA_RANK:+lora_rank=$LORA_RANK}
     ${BATCH:+per_device_train_batch_size=$BATCH} ${GRAD_ACCUM:+gradient_accumulation_steps=$GRAD_ACCUM}
-    ${LR:+learning_rate=$LR} ${EPOCHS:+num_train_epochs=$EPOCHS}
+    ${LR:+learning_rate=$LR} ${EPOCHS:+num_train_epochs=$EPOCHS} ${LEAN_LOGITS:+lean_logits=$LEAN_LOGITS}
 )
