@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import re
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from mpskit.errors import Interrupted, MpskitError
 from mpskit.knobs import LADDER, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.launch import inside_launch, rank
 from mpskit.oom import OutOfMemory, recognise
+from mpskit.rundir import RunRecord, last_checkpoint, read_log, read_record, update_record
 
 MAX_ATTEMPTS = 4
 
@@ -34,23 +34,6 @@ class Ladder:
     cutoff_floor: int = 256
 
 
-def last_checkpoint(run_dir: Path) -> Path | None:
-    steps = [(int(m[1]), p) for p in run_dir.glob("checkpoint-*") if (m := re.fullmatch(r"checkpoint-(\d+)", p.name))]
-    return max(steps)[1] if steps else None
-
-
-def read_record(run_dir: Path) -> dict:
-    return json.loads((run_dir / "mpskit.json").read_text(encoding="utf-8"))
-
-
-def update_record(run_dir: Path, change) -> dict:
-    """Read mpskit.json, let `change` edit it, write it back."""
-    record = read_record(run_dir)
-    change(record)
-    (run_dir / "mpskit.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
-    return record
-
-
 def _record_attempt(run_dir: Path, attempt: dict, measured: dict, samples: list) -> None:
     """Rank 0 writes mpskit.json and memory.png; with several processes each also writes rank-N.json."""
     from mpskit.plots import plot_memory
@@ -61,16 +44,15 @@ def _record_attempt(run_dir: Path, attempt: dict, measured: dict, samples: list)
         if rank() != 0:
             return
 
-    def change(record: dict) -> None:
-        record.setdefault("attempts", []).append({**attempt, "measured": measured})
-        memory = record.setdefault("memory", {})
+    def change(record: RunRecord) -> None:
+        record.attempts.append({**attempt, "measured": measured})
+        memory = record.memory
         memory["measured"] = measured
         predicted = memory.get("predicted", {}).get("training_gb")
         if predicted and measured["training_gb"] > 0:
             memory["error"] = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
 
-    record = update_record(run_dir, change)
-    memory = record["memory"]
+    memory = update_record(run_dir, change).memory
     plot_memory(run_dir, samples, measured, memory.get("predicted", {}).get("training_gb"), memory.get("budget_gb"))
 
 
@@ -94,7 +76,7 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
 
     lf.import_engine()
     effective = effective_batch(args)
-    first = len(read_record(run_dir).get("attempts", [])) + 1
+    first = len(read_record(run_dir).attempts) + 1
     attempt = first - 1
     while True:
         attempt += 1
@@ -124,7 +106,7 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
                 raise Interrupted(run_dir, last_checkpoint(run_dir))
             return run_dir
 
-        predicted = read_record(run_dir).get("memory", {}).get("predicted", {})
+        predicted = read_record(run_dir).memory.get("predicted", {})
         print(_oom_block(oom, predicted.get("training_gb"), attempt, _step_reached(run_dir)), file=sys.stderr)
         rung = next_rung(before, effective, ladder.free, ladder.cutoff_floor)
         entry.update(outcome="out of memory", device_figures=vars(oom), next_rung=rung[1] if rung else None)
@@ -142,16 +124,15 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
 
 
 def _step_reached(run_dir: Path) -> str:
-    log = run_dir / "trainer_log.jsonl"
-    lines = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
-    return f"after step {json.loads(lines[-1]).get('current_steps')}" if lines else "before the first logged step"
+    log = read_log(run_dir)
+    return f"after step {log[-1].get('current_steps')}" if log else "before the first logged step"
 
 
 def _command_that_fits(run_dir: Path, args: dict, effective: int) -> str:
     """The recorded command with the next rung taken as if every knob were free."""
     knobs = from_args(args)
     rung = next_rung(knobs, effective, set(LADDER), cutoff_floor=64)
-    command = read_record(run_dir).get("command") or ["mpskit", "train"]
+    command = read_record(run_dir).command or ["mpskit", "train"]
     if rung is None:
         return "a smaller model or a machine with more memory (see `mpskit plan`)"
     current, after = to_args(knobs, effective), to_args(rung[0], effective)

@@ -7,8 +7,8 @@ import json
 import statistics
 from pathlib import Path
 
-from mpskit.demo import read_log
 from mpskit.errors import MpskitError
+from mpskit.rundir import read_log, read_record
 
 COLUMNS = ("run", "stage", "pref_beta_scale", "final_train_loss", "eval_rewards/accuracies",
            "eval_rewards/margins", "mean_dynamic_beta")  # fmt: skip
@@ -16,17 +16,17 @@ COLUMNS = ("run", "stage", "pref_beta_scale", "final_train_loss", "eval_rewards/
 
 def summarise_run(run_dir: Path) -> dict:
     try:
-        record = json.loads((run_dir / "mpskit.json").read_text())
+        record = read_record(run_dir)
         results = json.loads((run_dir / "all_results.json").read_text())
     except FileNotFoundError as err:
         raise MpskitError(f"{run_dir} is not a finished mpskit run ({Path(err.filename).name} missing)", "") from err
-    args = record["llamafactory_args"]
+    args = record.llamafactory_args
     train_rows = [row for row in read_log(run_dir) if "loss" in row]
     betas = [row["dynamic_beta"] for row in train_rows if "dynamic_beta" in row]
     return {
         "run": run_dir.parent.name,
-        "stage": record["stage"],
-        "pref_beta_scale": args.get("pref_beta_scale", 0.0) if record["stage"] == "foodpo" else "-",
+        "stage": record.stage,
+        "pref_beta_scale": args.get("pref_beta_scale", 0.0) if record.stage == "foodpo" else "-",
         "final_train_loss": train_rows[-1]["loss"] if train_rows else float("nan"),
         "eval_rewards/accuracies": results.get("eval_rewards/accuracies"),
         "eval_rewards/margins": results.get("eval_rewards/margins"),

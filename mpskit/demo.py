@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.rundir import read_log
 
 TINY_DIR = Path("output/tiny-model")
 STAGES = ("sft", "dpo", "foodpo")
@@ -28,11 +29,6 @@ class StageResult:
     peak_rss_gb: float
     wall_s: float
     run_dir: Path
-
-
-def read_log(run_dir: Path) -> list[dict]:
-    path = run_dir / "trainer_log.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def summarise(stage: str, run_dir: Path, peak_rss_gb: float, wall_s: float) -> StageResult:

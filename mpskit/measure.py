@@ -19,6 +19,7 @@ from mpskit.errors import MpskitError
 from mpskit.knobs import Knobs, as_words
 from mpskit.memory import sequences_per_step
 from mpskit.presets import config_dir
+from mpskit.rundir import read_record
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def measure(case: Case, model: Path, data: Path, out: Path, hardware: str | None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise MpskitError(f"measured run {case} failed: {last}", f"see {out} and rerun it with `mpskit train`")
-    memory = json.loads((out / "mpskit.json").read_text(encoding="utf-8"))["memory"]
+    memory = read_record(out).memory
     measured = memory["measured"]
     step_s = sorted(measured["step_seconds"][1:] or measured["step_seconds"])
     tokens_per_step = sequences_per_step(case.stage, case.batch) * case.accumulation * case.cutoff_len

@@ -7,7 +7,6 @@ every check runs before the run directory is created, so a bad input leaves noth
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from mpskit import knobs, lf, planner
-from mpskit.attempts import Ladder, last_checkpoint, run_attempts
+from mpskit.attempts import Ladder, run_attempts
 from mpskit.errors import MpskitError, warn
 from mpskit.foodpo import split_foodpo_args
 from mpskit.hardware import installed_version
@@ -25,6 +24,16 @@ from mpskit.launch import inside_launch, launch
 from mpskit.memory import GB
 from mpskit.mps_env import env_for
 from mpskit.resolve import ResolvedRun, absolute_paths, check_datasets, check_model, new_run_dir
+from mpskit.rundir import (
+    YAML,
+    RunRecord,
+    is_run_dir,
+    last_checkpoint,
+    latest_run_dir,
+    point_latest,
+    read_record,
+    write_record,
+)
 
 
 def hide_accelerators() -> None:
@@ -83,30 +92,26 @@ def write_run_dir(
     run_dir = new_run_dir(run)
     run_dir.mkdir(parents=True)
     run.args["output_dir"] = str(run_dir.resolve())
-    lf.write_yaml(run.args, run_dir / "llamafactory.yaml")
-    record = {
-        "run_name": run.run_name,
-        "stage": run.stage,
-        "device": run.device,
-        "hardware": run.hardware.as_dict(),
-        "layers": run.layers,
-        "environment": env,
-        "mps_hidden": run.hide_mps,
-        "llamafactory_args": run.args,
-        "model_dims": run.model_dims,
-        "memory": memory_record(memory_plan),
-        "ladder": {"free": sorted(ladder.free), "cutoff_floor": ladder.cutoff_floor} if ladder else {},
-        "processes": list(run.processes),
-        "command": command,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "versions": {pkg: installed_version(pkg) for pkg in ("torch", "transformers", "peft", "trl", "llamafactory")},
-    }
-    (run_dir / "mpskit.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
-    latest = run_dir.parent / "latest"
-    if latest.is_symlink() or not latest.exists():
-        if latest.is_symlink():
-            latest.unlink()
-        latest.symlink_to(run_dir.name)
+    lf.write_yaml(run.args, run_dir / YAML)
+    record = RunRecord(
+        run_name=run.run_name,
+        stage=run.stage,
+        device=run.device,
+        hardware=run.hardware.as_dict(),
+        layers=run.layers,
+        environment=env,
+        mps_hidden=run.hide_mps,
+        llamafactory_args=run.args,
+        model_dims=run.model_dims,
+        memory=memory_record(memory_plan),
+        ladder={"free": sorted(ladder.free), "cutoff_floor": ladder.cutoff_floor} if ladder else {},
+        processes=list(run.processes),
+        command=command,
+        started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        versions={pkg: installed_version(pkg) for pkg in ("torch", "transformers", "peft", "trl", "llamafactory")},
+    )
+    write_record(run_dir, record)
+    point_latest(run_dir)
     return run_dir
 
 
@@ -152,7 +157,9 @@ def ladder_for(run: ResolvedRun) -> Ladder:
 
 
 def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
-    """Run one training job end to end; returns the run directory."""
+    """Run one training job end to end: write its run folder, then continue it the way `--resume`
+    and every torchrun rank do; returns the run directory. The environment and device hiding come
+    first, before the key check imports LLaMA-Factory (and torch)."""
     memory_plan = prepare(run)
     check_disk(run)
     env = export_environment(run)
@@ -164,9 +171,7 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     print(f"mpskit: run directory {run_dir}", file=sys.stderr)
     for note in memory_plan.changes if memory_plan else []:
         print(f"mpskit: planner: {note}", file=sys.stderr)
-    if run.world_size > 1:
-        return _launch(run_dir, run.processes)
-    return run_attempts(run_dir, run.args, run.device, ladder)
+    return continue_run(run_dir)
 
 
 def _launch(run_dir: Path, processes: tuple[int, int]) -> Path:
@@ -179,13 +184,6 @@ def _launch(run_dir: Path, processes: tuple[int, int]) -> Path:
     return run_dir
 
 
-def latest_run_dir(root: str | Path = "output") -> Path:
-    runs = [link.resolve() for link in Path(root).glob("*/latest") if link.is_symlink() and link.resolve().is_dir()]
-    if not runs:
-        raise MpskitError(f"no run found under {root}/", "give the run directory: mpskit train --resume RUN_DIR")
-    return max(runs, key=lambda path: (path / "mpskit.json").stat().st_mtime if (path / "mpskit.json").exists() else 0)
-
-
 def resume(run_dir: str | Path | None = None) -> Path:
     """Continue a stopped, killed or failed run from its last checkpoint, with its own settings."""
     return continue_run(Path(run_dir).resolve() if run_dir else latest_run_dir(), need_checkpoint=True)
@@ -194,26 +192,25 @@ def resume(run_dir: str | Path | None = None) -> Path:
 def continue_run(run_dir: Path, need_checkpoint: bool = False) -> Path:
     """Train a written run directory in this process (from its last checkpoint, if any), or launch
     its processes through torchrun when it has several and this is not one of them."""
-    record_file, yaml_file = run_dir / "mpskit.json", run_dir / "llamafactory.yaml"
-    if not record_file.is_file() or not yaml_file.is_file():
+    if not is_run_dir(run_dir):
         raise MpskitError(f"{run_dir} is not an mpskit run directory", "give a folder that holds mpskit.json")
     checkpoint = last_checkpoint(run_dir)
     if checkpoint is None and need_checkpoint:
         raise MpskitError(f"{run_dir} has no checkpoint to resume from", "start the run again (see mpskit.json)")
-    record = json.loads(record_file.read_text(encoding="utf-8"))
-    processes = tuple(record.get("processes", (1, 1)))
+    record = read_record(run_dir)
+    processes = tuple(record.processes)
     if processes != (1, 1) and not inside_launch():
         return _launch(run_dir, processes)
-    os.environ.update(record.get("environment", {}))
-    if record.get("mps_hidden"):
+    os.environ.update(record.environment)
+    if record.mps_hidden:
         hide_accelerators()
-    args = yaml.safe_load(yaml_file.read_text(encoding="utf-8"))
-    if lf.LEAN_KEY in record.get("llamafactory_args", {}):  # mpskit's own key, not in the YAML
-        args[lf.LEAN_KEY] = record["llamafactory_args"][lf.LEAN_KEY]
-    saved = record.get("ladder", {})
+    args = yaml.safe_load((run_dir / YAML).read_text(encoding="utf-8"))
+    if lf.LEAN_KEY in record.llamafactory_args:  # mpskit's own key, not in the YAML
+        args[lf.LEAN_KEY] = record.llamafactory_args[lf.LEAN_KEY]
+    saved = record.ladder
     # one process out of memory cannot change the knobs of the others: no fallback when distributed
     free = set(saved.get("free", [])) if processes == (1, 1) else set()
     ladder = Ladder(free, saved.get("cutoff_floor", knobs.DEFAULT_CUTOFF_FLOOR))
     if checkpoint:
         print(f"mpskit: resuming {run_dir} from {checkpoint.name}", file=sys.stderr)
-    return run_attempts(run_dir, args, record["device"], ladder, checkpoint)
+    return run_attempts(run_dir, args, record.device, ladder, checkpoint)
