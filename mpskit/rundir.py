@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,8 @@ from mpskit.errors import MpskitError
 RECORD = "mpskit.json"
 YAML = "llamafactory.yaml"
 LOG = "trainer_log.jsonl"
+WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "adapter_model.bin", "pytorch_model.bin",
+                "model.safetensors.index.json")  # fmt: skip
 
 
 @dataclass
@@ -74,9 +77,38 @@ def read_log(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def last_checkpoint(run_dir: Path) -> Path | None:
+def checkpoints(run_dir: Path) -> list[Path]:
+    """checkpoint-N folders, oldest first."""
     steps = [(int(m[1]), p) for p in run_dir.glob("checkpoint-*") if (m := re.fullmatch(r"checkpoint-(\d+)", p.name))]
-    return max(steps)[1] if steps else None
+    return [path for _, path in sorted(steps)]
+
+
+def incomplete_reason(checkpoint: Path) -> str | None:
+    """Why a checkpoint cannot be resumed from, or None. transformers writes trainer_state.json after
+    the weights and the optimizer, so a readable one means the save finished."""
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "no readable trainer_state.json (killed while saving?)"
+    if not any((checkpoint / name).is_file() for name in WEIGHT_FILES):
+        return "no weights"
+    return None
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    """The newest checkpoint a run can resume from. Newer, incomplete ones are renamed
+    checkpoint-N.incomplete (kept, but out of LLaMA-Factory's own search for the last checkpoint)."""
+    for checkpoint in reversed(checkpoints(run_dir)):
+        why = incomplete_reason(checkpoint)
+        if why is None:
+            return checkpoint
+        aside, tries = checkpoint.with_name(f"{checkpoint.name}.incomplete"), 1
+        while aside.exists():
+            tries += 1
+            aside = checkpoint.with_name(f"{checkpoint.name}.incomplete-{tries}")
+        checkpoint.rename(aside)
+        print(f"mpskit: skipped {checkpoint.name}: {why}; kept as {aside.name}", file=sys.stderr)
+    return None
 
 
 def point_latest(run_dir: Path) -> None:

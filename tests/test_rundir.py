@@ -1,0 +1,46 @@
+"""The run folder: the typed record round-trips, and resume never picks a checkpoint whose save did not finish."""
+
+import json
+
+from mpskit.rundir import RunRecord, last_checkpoint, read_record, update_record, write_record
+
+
+def make_checkpoint(run_dir, step: int, state: str | None = '{"global_step": 1}', weights: bool = True):
+    path = run_dir / f"checkpoint-{step}"
+    path.mkdir()
+    if state is not None:
+        (path / "trainer_state.json").write_text(state)
+    if weights:
+        (path / "adapter_model.safetensors").write_bytes(b"x")
+    return path
+
+
+def test_newest_complete_checkpoint_wins_and_incomplete_ones_are_kept_aside(tmp_path, capsys):
+    good = make_checkpoint(tmp_path, 4)
+    make_checkpoint(tmp_path, 8, state='{"global_st')  # killed while writing trainer_state.json
+    make_checkpoint(tmp_path, 12, state=None)  # killed before it
+    make_checkpoint(tmp_path, 10, weights=False)
+    assert last_checkpoint(tmp_path) == good
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == ["checkpoint-10.incomplete", "checkpoint-12.incomplete", "checkpoint-4", "checkpoint-8.incomplete"]
+    err = capsys.readouterr().err
+    assert "skipped checkpoint-12: no readable trainer_state.json" in err and "checkpoint-10: no weights" in err
+    make_checkpoint(tmp_path, 12, state=None)  # the same step killed again after a resume
+    assert last_checkpoint(tmp_path) == good and (tmp_path / "checkpoint-12.incomplete-2").is_dir()
+
+
+def test_no_checkpoint_at_all(tmp_path):
+    assert last_checkpoint(tmp_path) is None
+
+
+def test_record_round_trips_and_updates(tmp_path):
+    record = RunRecord(run_name="r", stage="dpo", device="cpu", llamafactory_args={"lean_logits": True})
+    write_record(tmp_path, record)
+    update_record(tmp_path, lambda r: r.attempts.append({"outcome": "finished"}))
+    again = read_record(tmp_path)
+    assert again.attempts == [{"outcome": "finished"}] and again.llamafactory_args == {"lean_logits": True}
+    data = json.loads((tmp_path / "mpskit.json").read_text())
+    assert list(data)[:3] == ["run_name", "stage", "device"]
+    data["written_by_a_newer_mpskit"] = 1
+    (tmp_path / "mpskit.json").write_text(json.dumps(data))
+    assert read_record(tmp_path).stage == "dpo"
