@@ -81,18 +81,19 @@ def cmd_env(ns: argparse.Namespace) -> int:
 
 def cmd_config(words: list[str]) -> int:
     from mpskit import lf
-    from mpskit.resolve import new_run_dir
-    from mpskit.train import prepare
+    from mpskit.checks import prepare
+    from mpskit.rundir import new_run_dir
 
     run, output = _resolve_from_words(words)
-    prepare(run)
+    run, _ = prepare(run)
     lf.check_keys(run.args)
-    run.args.setdefault("output_dir", str(new_run_dir(run)))
+    args = dict(run.args)
+    args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))
     if output:
-        lf.write_yaml(run.args, output)
+        lf.write_yaml(args, output)
         print(f"mpskit: wrote {output}", file=sys.stderr)
     else:
-        print(lf.yaml_text(run.args), end="")
+        print(lf.yaml_text(args), end="")
     return 0
 
 

@@ -160,6 +160,15 @@ def optimizer_bytes_per_parameter(optim: str) -> int:
     return 2 if "8bit" in optim else 8
 
 
+def trainable_params(dims: ModelDims, knobs: Knobs) -> int:
+    return dims.lora_params(knobs.lora_rank) if knobs.finetuning == "lora" else dims.params()
+
+
+def checkpoint_bytes(dims: ModelDims, knobs: Knobs) -> int:
+    """One checkpoint on disk: the trainable weights (float32) and the optimizer's states."""
+    return trainable_params(dims, knobs) * (4 + optimizer_bytes_per_parameter(knobs.optim))
+
+
 def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool) -> tuple[int, int]:
     """(16/32-bit elements, float32 elements) one decoder layer saves for backward, per token.
 
@@ -195,7 +204,7 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     shard_weights = knobs.world_size if knobs.zero_stage >= 3 else 1
     parts: dict[str, int] = {"weights": int(WEIGHT_FACTOR * weight_bytes(dims, knobs) / shard_weights)}
 
-    trainable = dims.lora_params(knobs.lora_rank) if knobs.finetuning == "lora" else dims.params()
+    trainable = trainable_params(dims, knobs)
     # Trainable parameters are kept in float32 (LLaMA-Factory upcasts them).
     per_parameter = WEIGHT_FACTOR * trainable
     if knobs.finetuning == "lora":

@@ -331,8 +331,11 @@ def _fits_elsewhere(run: ResolvedRun, dims: ModelDims) -> list[str]:
     return notes
 
 
-def apply(run: ResolvedRun, chosen: Plan) -> None:
-    """Write the chosen setting of the free knobs into the run's LLaMA-Factory arguments."""
-    for key, value in to_args(chosen.chosen.knobs, chosen.effective_batch).items():
-        if key not in run.pinned:
-            run.args[key] = value
+def planned(run: ResolvedRun) -> tuple[ResolvedRun, Plan]:
+    """The plan for a run, and the run with the chosen setting of its free knobs in its arguments
+    (the run as it was when nothing fits)."""
+    result = plan_run(run)
+    if not result.fits:
+        return run, result
+    chosen = to_args(result.chosen.knobs, result.effective_batch)
+    return replace(run, args={**run.args, **{k: v for k, v in chosen.items() if k not in run.pinned}}), result

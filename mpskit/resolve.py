@@ -6,9 +6,6 @@ the user's run file and key=value words. No torch import here.
 
 from __future__ import annotations
 
-import datetime
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,8 +21,11 @@ MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name", "memory_budget_
 DEVICES = ("auto", "mps", "cuda", "cpu")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ResolvedRun:
+    """One run as merged from its layers, paths made absolute; never changed afterwards (the
+    planner makes a new one with its choice, see planner.planned)."""
+
     stage: str
     run_name: str
     hardware: Hardware
@@ -139,7 +139,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
         run_name=run_name,
         hardware=hw,
         device=device,
-        args=args,
+        args=absolute_paths(args),
         model_dims=dims,
         layers=layers,
         pinned={key for key in PLANNER_KEYS if key in user or key in hw.args},
@@ -161,67 +161,6 @@ def _limits(own: dict) -> dict:
     return limits
 
 
-def check_model(model: str) -> None:
-    """A local directory with config.json, or a hub id already in the local cache (or reachable)."""
-    path = Path(os.path.expanduser(model))
-    fix = (
-        "set MODEL_PATH (model_name_or_path) to a local model directory, or run `make demo` for the offline tiny model"
-    )
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise MpskitError(f"model directory {model} has no config.json", fix)
-        return
-    looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
-    if not looks_like_hub_id:
-        raise MpskitError(f"model {model} not found", fix)
-    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
-    if (cache.expanduser() / f"models--{model.replace('/', '--')}").is_dir():
-        return
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or not _hub_reachable(model):
-        raise MpskitError(f"model {model} is not a local directory and the hub cannot be reached", fix)
-
-
-def _hub_reachable(model: str) -> bool:
-    import urllib.request
-
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    try:
-        with urllib.request.urlopen(f"{endpoint}/api/models/{model}", timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
-def check_datasets(args: dict) -> None:
-    """Every dataset named in dataset/eval_dataset is in dataset_dir/dataset_info.json."""
-    names = [
-        name.strip()
-        for key in ("dataset", "eval_dataset")
-        for name in str(args.get(key) or "").split(",")
-        if name.strip()
-    ]
-    if not names:
-        raise MpskitError("no dataset given", "set dataset=NAME (a name from data/dataset_info.json)")
-    dataset_dir = Path(str(args.get("dataset_dir", "data")))
-    info_file = dataset_dir / "dataset_info.json"
-    if not info_file.is_file():
-        raise MpskitError(f"{info_file} not found", "set dataset_dir to the folder that holds dataset_info.json")
-    try:
-        info = json.loads(info_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise MpskitError(f"{info_file} is not valid JSON", "fix the file") from err
-    for name in names:
-        if name not in info:
-            raise MpskitError(
-                f"dataset '{name}' is not in {info_file}", f"add it there or use one of {', '.join(sorted(info))}"
-            )
-        file_name = info[name].get("file_name")
-        if file_name and not (dataset_dir / file_name).exists():
-            raise MpskitError(
-                f"dataset '{name}' points at {dataset_dir / file_name}, which does not exist", "fix file_name"
-            )
-
-
 def absolute_paths(args: dict) -> dict:
     """Paths that exist relative to here become absolute, so the written YAML runs from anywhere."""
     args = dict(args)
@@ -230,21 +169,3 @@ def absolute_paths(args: dict) -> dict:
         if isinstance(value, str) and Path(value).expanduser().exists():
             args[key] = str(Path(value).expanduser().resolve())
     return args
-
-
-def new_run_dir(run: ResolvedRun, root: str | Path = "output") -> Path:
-    """output/<run>/<timestamp>: a fresh directory; an explicit output_dir must be new or empty."""
-    if run.args.get("output_dir"):
-        path = Path(str(run.args["output_dir"])).expanduser()
-        if path.exists() and any(path.iterdir()):
-            raise MpskitError(
-                f"output_dir {path} already holds files", "choose a new output_dir; mpskit never overwrites a run"
-            )
-        return path
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = Path(root) / run.run_name / stamp
-    suffix = 1
-    while path.exists():
-        suffix += 1
-        path = Path(root) / run.run_name / f"{stamp}-{suffix}"
-    return path

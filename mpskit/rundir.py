@@ -8,6 +8,7 @@ once, as `RunRecord`.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import re
 import sys
@@ -126,3 +127,21 @@ def latest_run_dir(root: str | Path = "output") -> Path:
     if not runs:
         raise MpskitError(f"no run found under {root}/", "give the run directory: mpskit train --resume RUN_DIR")
     return max(runs, key=lambda path: (path / RECORD).stat().st_mtime if (path / RECORD).exists() else 0)
+
+
+def new_run_dir(run_name: str, output_dir: str | None, root: str | Path = "output") -> Path:
+    """output/<run>/<timestamp>: a fresh directory; an explicit output_dir must be new or empty."""
+    if output_dir:
+        path = Path(str(output_dir)).expanduser()
+        if path.exists() and any(path.iterdir()):
+            raise MpskitError(
+                f"output_dir {path} already holds files", "choose a new output_dir; mpskit never overwrites a run"
+            )
+        return path
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = Path(root) / run_name / stamp
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = Path(root) / run_name / f"{stamp}-{suffix}"
+    return path

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -17,19 +16,20 @@ import yaml
 
 from mpskit import knobs, lf, planner
 from mpskit.attempts import Ladder, run_attempts
-from mpskit.errors import MpskitError, warn
-from mpskit.foodpo import split_foodpo_args
+from mpskit.checks import check_disk, prepare
+from mpskit.errors import MpskitError
 from mpskit.hardware import installed_version
 from mpskit.launch import inside_launch, launch
 from mpskit.memory import GB
 from mpskit.mps_env import env_for
-from mpskit.resolve import ResolvedRun, absolute_paths, check_datasets, check_model, new_run_dir
+from mpskit.resolve import ResolvedRun
 from mpskit.rundir import (
     YAML,
     RunRecord,
     is_run_dir,
     last_checkpoint,
     latest_run_dir,
+    new_run_dir,
     point_latest,
     read_record,
     write_record,
@@ -62,37 +62,13 @@ def export_environment(run: ResolvedRun) -> dict[str, str]:
     return env
 
 
-def prepare(run: ResolvedRun) -> planner.Plan | None:
-    """All checks that need no torch (model, datasets, fooDPO settings), then the memory plan, whose
-    choice of the free knobs goes into the run's arguments. No plan when the model's dims are unknown."""
-    check_model(str(run.args["model_name_or_path"]))
-    check_datasets(run.args)
-    if run.stage == "foodpo":
-        split_foodpo_args(run.args)  # fail on bad fooDPO settings before anything loads
-    run.args = absolute_paths(run.args)
-    try:
-        memory_plan = planner.plan_run(run)
-    except MpskitError as err:
-        warn(f"no memory plan: {err.problem}")
-        return None
-    if not memory_plan.fits:
-        need = memory_plan.asked.estimate.training / GB
-        raise MpskitError(
-            f"no setting fits: the run needs about {need:.1f} GB, the budget is "
-            f"{memory_plan.budget.training_bytes / GB:.1f} GB ({memory_plan.budget.why})",
-            "what would fit: " + "; ".join(memory_plan.would_fit[1:]) + " (see `mpskit plan`)",
-        )
-    planner.apply(run, memory_plan)
-    return memory_plan
-
-
 def write_run_dir(
     run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan=None, ladder: Ladder | None = None
 ) -> Path:
-    run_dir = new_run_dir(run)
+    run_dir = new_run_dir(run.run_name, run.args.get("output_dir"))
     run_dir.mkdir(parents=True)
-    run.args["output_dir"] = str(run_dir.resolve())
-    lf.write_yaml(run.args, run_dir / YAML)
+    args = {**run.args, "output_dir": str(run_dir.resolve())}
+    lf.write_yaml(args, run_dir / YAML)
     record = RunRecord(
         run_name=run.run_name,
         stage=run.stage,
@@ -101,7 +77,7 @@ def write_run_dir(
         layers=run.layers,
         environment=env,
         mps_hidden=run.hide_mps,
-        llamafactory_args=run.args,
+        llamafactory_args=args,
         model_dims=run.model_dims,
         memory=memory_record(memory_plan),
         ladder={"free": sorted(ladder.free), "cutoff_floor": ladder.cutoff_floor} if ladder else {},
@@ -126,29 +102,6 @@ def memory_record(memory_plan: planner.Plan | None) -> dict:
     }
 
 
-def check_disk(run: ResolvedRun, root: str | Path = "output") -> None:
-    """The run directory can be created, and its disk holds two checkpoints and the final weights."""
-    target = Path(str(run.args.get("output_dir") or root)).expanduser().resolve()
-    existing = next(p for p in (target, *target.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK):
-        raise MpskitError(f"cannot create the run directory under {existing}", "set output_dir to a writable folder")
-    if not run.model_dims:
-        return
-    from mpskit.memory import dims_from_mapping
-
-    dims = dims_from_mapping(run.model_dims)
-    full = run.args.get("finetuning_type") == "full"
-    trainable = dims.params() if full else dims.lora_params(int(run.args.get("lora_rank", 8)))
-    checkpoint = trainable * (4 + 8)  # weights (float32) and AdamW's two moments
-    need = 2 * checkpoint + trainable * 4 + 100 * 1024**2  # two checkpoints, the final save, logs
-    free = shutil.disk_usage(existing).free
-    if free < need:
-        raise MpskitError(
-            f"{existing} has {free / GB:.1f} GB free; checkpoints need about {need / GB:.1f} GB",
-            "free disk space, or set output_dir to a larger disk (and save_total_limit to keep fewer checkpoints)",
-        )
-
-
 def ladder_for(run: ResolvedRun) -> Ladder:
     return Ladder(
         free=knobs.free_knobs(run.pinned),
@@ -160,7 +113,7 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     """Run one training job end to end: write its run folder, then continue it the way `--resume`
     and every torchrun rank do; returns the run directory. The environment and device hiding come
     first, before the key check imports LLaMA-Factory (and torch)."""
-    memory_plan = prepare(run)
+    run, memory_plan = prepare(run)
     check_disk(run)
     env = export_environment(run)
     if run.hide_mps:

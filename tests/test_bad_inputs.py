@@ -188,16 +188,16 @@ def test_fuzz_merge_and_resolve(user, file_layer):
 
 
 def test_disk_space_is_checked_before_training(tmp_path, monkeypatch):
-    from mpskit import train
+    from mpskit import checks
 
     run = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b", "output_dir": str(tmp_path / "run")}, hardware="cpu")
-    train.check_disk(run)  # this disk has room for a LoRA checkpoint
-    monkeypatch.setattr(train.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 10 * 1024**2})())
+    checks.check_disk(run)  # this disk has room for a LoRA checkpoint
+    monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 10 * 1024**2})())
     with pytest.raises(MpskitError, match="checkpoints need about"):
-        train.check_disk(run)
+        checks.check_disk(run)
     full = resolve(
         {**run.args, "stage": "sft", "model_preset": "qwen2.5-0.5b", "finetuning_type": "full"}, hardware="cpu"
     )
-    monkeypatch.setattr(train.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 3 * GB})())
+    monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 3 * GB})())
     with pytest.raises(MpskitError, match="free"):  # full fine-tuning checkpoints hold the whole model
-        train.check_disk(full)
+        checks.check_disk(full)
