@@ -47,13 +47,20 @@ class ResolvedRun:
         return self.device == "cpu"
 
 
-def _preset(kind: str, name: str) -> tuple[dict, dict, str]:
+def _preset(kind: str, name: str, seen: tuple[str, ...] = ()) -> tuple[dict, dict, list[str]]:
+    """(its args over those of the preset it `extends:`, its own data, the files in merge order)."""
     path = resolve_preset_file(kind, name)
     data = load_yaml(path)
     args = data.get("args") or {}
     if not isinstance(args, dict):
         raise MpskitError(f"{path}: 'args' is not a mapping", "write args: as key: value lines")
-    return args, data, str(path)
+    base = data.get("extends")
+    if base is None:
+        return args, data, [str(path)]
+    if str(base) in (*seen, name):
+        raise MpskitError(f"{path}: 'extends: {base}' leads back to itself", "extend a preset that does not")
+    base_args, _, files = _preset(kind, str(base), (*seen, name))
+    return merge(base_args, args), data, [*files, str(path)]
 
 
 def device_args(hw: Hardware, device: str) -> dict:
@@ -110,13 +117,12 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     if not stage:
         raise MpskitError("no stage given", f"add stage=... (one of {', '.join(preset_names('stages'))})")
 
-    stage_args, _, stage_file = _preset("stages", str(stage))
-    layers = [stage_file]
+    stage_args, _, layers = _preset("stages", str(stage))
     model_args, dims = {}, {}
     if own.get("model_preset"):
-        model_args, model_data, model_file = _preset("models", str(own["model_preset"]))
+        model_args, model_data, model_files = _preset("models", str(own["model_preset"]))
         dims = model_data.get("dims") or {}
-        layers.append(model_file)
+        layers += model_files
 
     hw = select_hardware(hardware or own.get("hardware"), probe_torch=probe_torch)
     layers.append(hw.source)

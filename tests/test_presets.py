@@ -1,4 +1,7 @@
+from pathlib import Path
+
 import pytest
+from conftest import ROOT
 
 from mpskit.errors import MpskitError
 from mpskit.presets import merge, parse_overrides, translate_removed_keys
@@ -93,3 +96,34 @@ def test_fp16_on_cpu_is_refused():
 def test_cuda_profiles_use_bf16():
     args = resolve({"stage": "sft", "model_preset": "qwen2.5-1.5b"}, hardware="cuda-80gb").args
     assert args["bf16"] is True and "use_cpu" not in args
+
+
+def test_foodpo_preset_extends_dpo():
+    dpo = resolve({"stage": "dpo", "model_preset": "tiny"}, hardware="cpu")
+    foodpo = resolve({"stage": "foodpo", "model_preset": "tiny"}, hardware="cpu")
+    assert foodpo.layers[:2] == [str(ROOT / "configs/stages/dpo.yaml"), str(ROOT / "configs/stages/foodpo.yaml")]
+    own = {"stage": "foodpo", "pref_beta_scale": 0.05, "foodpo_ppl_source": "policy"}
+    assert foodpo.args == {**dpo.args, **own}
+
+
+def test_a_preset_that_extends_itself_is_refused(tmp_path):
+    loop = tmp_path / "loop.yaml"
+    loop.write_text(f"extends: {loop}\nargs: {{stage: sft}}\n")
+    with pytest.raises(MpskitError, match="leads back to itself"):
+        resolve({"stage": str(loop), "model_preset": "tiny"}, hardware="cpu")
+
+
+def test_scripts_train_the_presets_own_model_unless_model_path_is_set(tmp_path):
+    """MODEL_PRESET=qwen2.5-1.5b alone must not train another model planned with 1.5B's dimensions."""
+    import os
+    import subprocess
+    import sys
+
+    show = 'source scripts/train_knobs.sh; printf "%s\\n" "${TRAIN_ARGS[@]}"'
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    for model_path, expected in (("", None), ("/models/mine", "model_name_or_path=/models/mine")):
+        env = {**os.environ, "PATH": path, "MODEL_PRESET": "qwen2.5-1.5b", "MODEL_PATH": model_path}
+        done = subprocess.run(["bash", "-c", show], cwd=ROOT, capture_output=True, text=True, env=env)
+        words = done.stdout.split()
+        assert done.returncode == 0 and "model_preset=qwen2.5-1.5b" in words, done.stderr
+        assert [w for w in words if w.startswith("model_name_or_path=")] == ([expected] if expected else [])
