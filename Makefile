@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-TINY   := output/tiny-model
 
 .PHONY: install test lint demo doctor bench-memory bench-planner tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
 
@@ -23,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check mpskit tests bench data
 
 tiny-model: $(STAMP)
-	$(BIN)/mpskit tiny-model $(TINY)
+	$(BIN)/mpskit tiny-model
 
 demo: $(STAMP)
 	$(BIN)/mpskit demo

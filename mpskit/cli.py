@@ -134,9 +134,13 @@ def cmd_rank(ns: argparse.Namespace) -> int:
 
 
 def cmd_tiny_model(ns: argparse.Namespace) -> int:
-    from mpskit.tiny import build_tiny_model
+    from mpskit.tiny import build_tiny_model, preset_model_dir
 
-    out = build_tiny_model(ns.directory, ns.data)
+    directory = Path(ns.directory) if ns.directory else preset_model_dir()
+    if not ns.directory and (directory / "config.json").is_file():
+        print(f"mpskit: tiny model already in {directory}")
+        return 0
+    out = build_tiny_model(directory, ns.data)
     print(f"mpskit: tiny model written to {out}")
     return 0
 
@@ -181,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext, usage=USAGE_RUN, add_help=False)
         p.add_argument("words", nargs=argparse.REMAINDER)
     p = sub.add_parser("tiny-model", help="build the offline demo model (random weights) into DIR")
-    p.add_argument("directory")
+    p.add_argument("directory", nargs="?", help="default: where the tiny preset looks (once; kept after)")
     p.add_argument("--data", help="folder with the demo datasets (default: data/)")
     p = sub.add_parser("compare", help="table (CSV, Markdown) and plot over finished DPO/fooDPO runs")
     p.add_argument("--out", required=True, help="folder for comparison.csv, comparison.md, comparison.png")

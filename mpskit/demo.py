@@ -14,7 +14,6 @@ from pathlib import Path
 from mpskit.errors import MpskitError
 from mpskit.rundir import read_log
 
-TINY_DIR = Path("output/tiny-model")
 STAGES = ("sft", "dpo", "foodpo")
 # Small enough for a 2-core CPU, large enough that DPO's held-out reward accuracy clearly moves.
 DEMO_ARGS = ["model_preset=tiny", "learning_rate=5e-3", "num_train_epochs=2", "cutoff_len=128"]
@@ -85,11 +84,14 @@ def format_table(results: list[StageResult]) -> str:
 
 
 def run_demo(hardware: str | None = None) -> int:
-    if not (TINY_DIR / "config.json").is_file():
+    from mpskit.tiny import preset_model_dir
+
+    tiny_dir = preset_model_dir()
+    if not (tiny_dir / "config.json").is_file():
         from mpskit.tiny import build_tiny_model
 
-        print(f"mpskit demo: building the tiny model in {TINY_DIR}")
-        build_tiny_model(TINY_DIR)
+        print(f"mpskit demo: building the tiny model in {tiny_dir}")
+        build_tiny_model(tiny_dir)
     log_dir = Path("output") / "demo-logs" / time.strftime("%Y%m%d-%H%M%S")
     log_dir.mkdir(parents=True, exist_ok=True)
     results = []

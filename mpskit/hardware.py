@@ -43,6 +43,7 @@ class Hardware:
     gpu_memory_gb: float | None = None
     gpu_count: int = 0
     cuda_bf16: bool = False  # compute capability >= 8.0
+    flash_attn: bool = False  # FlashAttention-2 (flash-attn) installed there: the planner may offer fa2
     args: dict = field(default_factory=dict)
     source: str = "detected"
 
@@ -207,6 +208,7 @@ def detect(probe_torch: bool = False) -> Hardware:
         gpus = _nvidia_gpus()
         if gpus:
             data.update(kind="cuda", chip=gpus[0][0], gpu_memory_gb=gpus[0][1], gpu_count=len(gpus))
+            data["flash_attn"] = installed_version("flash-attn") is not None
         else:
             data.update(kind="cpu", chip=platform.processor() or machine)
     hw = _from_mapping(data, "detected", "this machine")

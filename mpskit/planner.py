@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, installed_version, load_hardware, profile_names
+from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, load_hardware, profile_names
 from mpskit.knobs import (
     DEFAULT_CUTOFF_FLOOR,
     DEFAULT_OPTIM,
@@ -162,7 +162,7 @@ def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effectiv
         dtypes.append("bf16")  # M1/M2 emulate bf16: slower, but half the memory
     cuda = [(asked.quantization_bit, asked.optim, asked.zero_stage)]
     if device == "cuda":
-        if "attention" in free and installed_version("flash-attn"):
+        if "attention" in free and hw.flash_attn:
             attentions.append("fa2")
         bits = [None, 4] if "quantization" in free and asked.finetuning == "lora" else [asked.quantization_bit]
         optims = [DEFAULT_OPTIM, EIGHT_BIT_OPTIM] if "optim" in free else [asked.optim]

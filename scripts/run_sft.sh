@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SFT with LoRA on Qwen, using the preset for this machine (or HARDWARE=<profile>).
-# Knobs: the environment variables here and in train_knobs.sh; extra key=value words pass through.
+# Knobs: the environment variables in train_knobs.sh; extra key=value words pass through.
 set -euo pipefail
 
-DATA="${DATA:-demo_sft}"                        # dataset name(s) in $DATASET_DIR/dataset_info.json
+DATA="${DATA:-demo_sft}"
 EVAL_DATA="${EVAL_DATA:-demo_sft_eval}"
 RUN_NAME="${RUN_NAME:-sft-qwen}"
 source "$(dirname "$0")/train_knobs.sh"

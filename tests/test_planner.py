@@ -130,3 +130,17 @@ def test_training_refuses_a_run_no_setting_fits(tmp_path, tiny_model):
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "no setting fits" in result.stderr
     assert not (tmp_path / "output").exists()
+
+
+def test_flash_attention_is_offered_only_where_the_profile_has_it():
+    from dataclasses import replace
+
+    from mpskit.knobs import Knobs
+    from mpskit.planner import candidates
+
+    asked = Knobs(batch=4, cutoff_len=512)
+    without = load_hardware("cuda-24gb")
+    assert not without.flash_attn
+    assert {k.attention for k in candidates(asked, {"attention"}, without, "cuda", 8, 256)} == {"sdpa", "eager"}
+    with_fa2 = replace(without, flash_attn=True)
+    assert "fa2" in {k.attention for k in candidates(asked, {"attention"}, with_fa2, "cuda", 8, 256)}
