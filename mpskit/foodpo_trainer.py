@@ -13,7 +13,7 @@ import torch
 from llamafactory.extras.constants import IGNORE_INDEX
 
 from mpskit.foodpo import FooDPOConfig
-from mpskit.lean_trainers import CustomDPOTrainer, LeanDPOTrainer, LeanPath
+from mpskit.lean_trainers import CustomDPOTrainer, LeanDPOTrainer, LeanPath, build_trainer
 
 
 def prompt_positions(labels: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -118,29 +118,8 @@ class FooDPOTrainer(LeanDPOTrainer):
 def build_dpo_trainer(args: dict, foodpo: FooDPOConfig | None = None, lean: bool = False) -> CustomDPOTrainer:
     """LLaMA-Factory's DPO trainer (fooDPO's, given a config; on the lean path, given lean) built the
     way run_dpo builds it, for measurements and tests that need the trainer object itself."""
-    from llamafactory.data import PairwiseDataCollatorWithPadding, get_dataset, get_template_and_fix_tokenizer
-    from llamafactory.hparams import get_train_args
-    from llamafactory.model import load_model, load_tokenizer
-
-    model_args, data_args, training_args, finetuning_args, _ = get_train_args(dict(args, stage="dpo"))
-    tokenizer_module = load_tokenizer(model_args)
-    template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
-    dataset_module = get_dataset(template, model_args, data_args, training_args, stage="rm", **tokenizer_module)
-    model = load_model(tokenizer_module["tokenizer"], model_args, finetuning_args, training_args.do_train)
-    collator = PairwiseDataCollatorWithPadding(
-        template=template, model=model, pad_to_multiple_of=8, label_pad_token_id=IGNORE_INDEX, **tokenizer_module
-    )
     if foodpo is not None:
         cls = functools.partial(FooDPOTrainer, foodpo=foodpo, lean=LeanPath(lean))
     else:
         cls = functools.partial(LeanDPOTrainer, lean=LeanPath(True)) if lean else CustomDPOTrainer
-    return cls(
-        model=model,
-        ref_model=None,
-        args=training_args,
-        finetuning_args=finetuning_args,
-        data_collator=collator,
-        callbacks=[],
-        **dataset_module,
-        **tokenizer_module,
-    )
+    return build_trainer(dict(args, stage="dpo"), cls)

@@ -193,29 +193,17 @@ def describe(knobs: Knobs, effective: int) -> str:
 
 def changes(asked: Knobs, chosen: Knobs, effective: int, floor: int) -> list[str]:
     """What the planner changed from what was asked, in words."""
-    notes = []
-    if chosen.batch != asked.batch:
-        notes.append(
-            f"micro-batch {asked.batch} -> {chosen.batch}, accumulation {effective // chosen.batch} "
-            f"(effective {effective})"
-        )
-    if chosen.checkpointing != asked.checkpointing:
-        notes.append(f"gradient checkpointing {'on' if chosen.checkpointing else 'off'}")
-    if chosen.attention != asked.attention:
-        notes.append(f"attention {asked.attention} -> {chosen.attention}")
-    if chosen.dtype != asked.dtype:
-        notes.append(f"dtype {asked.dtype} -> {chosen.dtype}")
-    if chosen.zero_stage != asked.zero_stage:
-        notes.append(f"DeepSpeed ZeRO-{chosen.zero_stage} over {chosen.world_size} processes")
-    if chosen.quantization_bit != asked.quantization_bit:
-        notes.append(f"{chosen.quantization_bit}-bit QLoRA (bitsandbytes): nothing fits with 16-bit weights")
-    if chosen.optim != asked.optim:
-        notes.append(f"optimizer {asked.optim} -> {chosen.optim}")
-    if chosen.lora_rank != asked.lora_rank:
-        notes.append(f"LoRA rank {asked.lora_rank} -> {chosen.lora_rank}: nothing fits at rank {asked.lora_rank}")
-    if chosen.cutoff_len != asked.cutoff_len:
-        notes.append(
-            f"cutoff_len {asked.cutoff_len} -> {chosen.cutoff_len}: nothing fits at {asked.cutoff_len} "
-            f"(floor {floor}; set min_cutoff_len to change it); longer examples are truncated"
-        )
-    return notes
+    said = {
+        "batch": f"micro-batch {asked.batch} -> {chosen.batch}, accumulation {effective // chosen.batch} "
+        f"(effective {effective})",
+        "checkpointing": f"gradient checkpointing {'on' if chosen.checkpointing else 'off'}",
+        "attention": f"attention {asked.attention} -> {chosen.attention}",
+        "dtype": f"dtype {asked.dtype} -> {chosen.dtype}",
+        "zero_stage": f"DeepSpeed ZeRO-{chosen.zero_stage} over {chosen.world_size} processes",
+        "quantization_bit": f"{chosen.quantization_bit}-bit QLoRA (bitsandbytes): nothing fits with 16-bit weights",
+        "optim": f"optimizer {asked.optim} -> {chosen.optim}",
+        "lora_rank": f"LoRA rank {asked.lora_rank} -> {chosen.lora_rank}: nothing fits at rank {asked.lora_rank}",
+        "cutoff_len": f"cutoff_len {asked.cutoff_len} -> {chosen.cutoff_len}: nothing fits at {asked.cutoff_len} "
+        f"(floor {floor}; set min_cutoff_len to change it); longer examples are truncated",
+    }
+    return [text for field, text in said.items() if getattr(chosen, field) != getattr(asked, field)]

@@ -60,23 +60,12 @@ def qwen_vocab_model(tmp_path_factory):
 
 
 def trainer_args(model, tmp_path, stage: str) -> dict:
+    from test_foodpo import trainer_args as dpo_trainer_args
+
     return {
-        "model_name_or_path": str(model),
-        "template": "qwen",
+        **dpo_trainer_args(model, tmp_path),
         "stage": stage,
-        "do_train": True,
-        "finetuning_type": "lora",
-        "lora_target": "all",
-        "lora_rank": 8,
-        "pref_beta": 0.1,
-        "dataset_dir": str(ROOT / "data"),
         "dataset": "demo_pref" if stage == "dpo" else "demo_sft",
-        "cutoff_len": 128,
-        "per_device_train_batch_size": 4,
-        "output_dir": str(tmp_path),
-        "use_cpu": True,
-        "report_to": "none",
-        "seed": 0,
     }
 
 
@@ -150,31 +139,9 @@ def test_dpo_and_foodpo_lean_equal_plain(qwen_vocab_model, tmp_path, foodpo):
 
 
 def build_sft_trainer(args: dict, lean: bool):
-    """LLaMA-Factory's SFT trainer built the way run_sft builds it (lean: mpskit's)."""
-    from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
-    from llamafactory.hparams import get_train_args
-    from llamafactory.model import load_model, load_tokenizer
+    from mpskit.lean_trainers import CustomSeq2SeqTrainer, LeanPath, LeanSFTTrainer, build_trainer
 
-    from mpskit.lean_trainers import CustomSeq2SeqTrainer, LeanPath, LeanSFTTrainer
-
-    model_args, data_args, training_args, finetuning_args, _ = get_train_args(args)
-    tokenizer_module = load_tokenizer(model_args)
-    template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
-    dataset_module = get_dataset(template, model_args, data_args, training_args, stage="sft", **tokenizer_module)
-    model = load_model(tokenizer_module["tokenizer"], model_args, finetuning_args, training_args.do_train)
-    collator = SFTDataCollatorWith4DAttentionMask(
-        template=template, model=model, pad_to_multiple_of=8, label_pad_token_id=IGNORE, **tokenizer_module
-    )
-    cls = functools.partial(LeanSFTTrainer, lean=LeanPath(True)) if lean else CustomSeq2SeqTrainer
-    return cls(
-        model=model,
-        args=training_args,
-        finetuning_args=finetuning_args,
-        data_collator=collator,
-        callbacks=[],
-        **dataset_module,
-        **tokenizer_module,
-    )
+    return build_trainer(args, functools.partial(LeanSFTTrainer, lean=LeanPath(True)) if lean else CustomSeq2SeqTrainer)
 
 
 def test_sft_lean_equals_plain(qwen_vocab_model, tmp_path):
