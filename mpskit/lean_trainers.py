@@ -65,8 +65,9 @@ class LeanSFTTrainer(CustomSeq2SeqTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None, **kwargs):
         part = "training" if model.training else "evaluation"
-        own_loss = self.label_smoother is not None or self.compute_loss_func is not None
-        if own_loss or "labels" not in inputs:
+        if "labels" not in inputs:  # no loss to compute
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch, **kwargs)
+        if self.label_smoother is not None or self.compute_loss_func is not None:
             if self.lean.enabled:
                 self.lean.fall_back(part, "a custom or smoothed loss needs whole logits")
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch, **kwargs)
