@@ -6,6 +6,7 @@ the user's run file and key=value words. No torch import here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from mpskit.validate import check_args
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
 MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len")
 DEVICES = ("auto", "mps", "cuda", "cpu")
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,17 @@ def _check_dtype(args: dict, hw: Hardware, device: str) -> None:
 
 def _default_run_name(stage: str, model_preset: str | None, model_path: str) -> str:
     model = model_preset or Path(str(model_path).rstrip("/")).name or "model"
-    return f"{stage}-{model}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{Path(stage).stem}-{model}").lstrip(".")
+
+
+def _check_run_name(name: str) -> str:
+    """A run name is one folder inside output/: no separators, no `..`, not absolute."""
+    if not RUN_NAME.fullmatch(name):
+        raise MpskitError(
+            f"run_name {name!r} would leave output/ or is not a plain folder name",
+            "use letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
+    return name
 
 
 def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) -> ResolvedRun:
@@ -137,8 +149,11 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     _check_dtype(args, hw, device)
     if device == "cpu":
         args["use_cpu"] = True
-    run_name = str(
-        user.get("run_name") or _default_run_name(str(stage), own.get("model_preset"), args["model_name_or_path"])
+    given = user.get("run_name")
+    run_name = (
+        _check_run_name(str(given))
+        if given
+        else _default_run_name(str(stage), own.get("model_preset"), args["model_name_or_path"])
     )
     return ResolvedRun(
         stage=str(stage),

@@ -138,8 +138,15 @@ def _launch(run_dir: Path, processes: tuple[int, int]) -> Path:
 
 
 def resume(run_dir: str | Path | None = None) -> Path:
-    """Continue a stopped, killed or failed run from its last checkpoint, with its own settings."""
-    return continue_run(Path(run_dir).resolve() if run_dir else latest_run_dir(), need_checkpoint=True)
+    """Continue a stopped, killed or failed run from its last checkpoint, with its own settings. A
+    run that finished is left as it is: resuming it would train past its end and rewrite its results."""
+    run_dir = Path(run_dir).resolve() if run_dir else latest_run_dir()
+    if is_run_dir(run_dir):
+        attempts = read_record(run_dir).attempts
+        if attempts and attempts[-1].get("outcome") == "finished":
+            print(f"mpskit: {run_dir} already finished (attempt {len(attempts)}); nothing to resume", file=sys.stderr)
+            return run_dir
+    return continue_run(run_dir, need_checkpoint=True)
 
 
 def continue_run(run_dir: Path, need_checkpoint: bool = False) -> Path:

@@ -108,6 +108,10 @@ CASES = [
     ("resume: not a run", ["train", "--resume", "{w}/not_a_run"], ["not an mpskit run directory"]),
     ("resume: no checkpoint", ["train", "--resume", "{w}/no_ckpt_run"], ["no checkpoint"]),
     ("resume: nothing to resume", ["train", "--resume"], ["no run found"]),
+    ("run_name climbs out", ["train", "BASE", "run_name=../x"], ["run_name '../x' would leave output/"]),
+    ("run_name absolute", ["train", "BASE", "run_name=/tmp/x"], ["run_name '/tmp/x' would leave output/"]),
+    ("run_name with a separator", ["train", "BASE", "run_name=a/b"], ["run_name 'a/b'"]),
+    ("run_name hidden", ["config", "BASE", "run_name=.x"], ["run_name '.x'"]),
     (
         "plan without dims",
         ["plan", "stage=sft", "model_name_or_path=some/model", "--hardware", "cpu"],

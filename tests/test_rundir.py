@@ -44,3 +44,17 @@ def test_record_round_trips_and_updates(tmp_path):
     data["written_by_a_newer_mpskit"] = 1
     (tmp_path / "mpskit.json").write_text(json.dumps(data))
     assert read_record(tmp_path).stage == "dpo"
+
+
+def test_resume_of_a_finished_run_changes_nothing(tmp_path):
+    from conftest import run_mpskit
+
+    run_dir = tmp_path / "output" / "f" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    write_record(run_dir, RunRecord(run_name="f", stage="sft", device="cpu", attempts=[{"outcome": "finished"}]))
+    (run_dir / "llamafactory.yaml").write_text("stage: sft\n")
+    make_checkpoint(run_dir, 2)
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in run_dir.rglob("*"))
+    result = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert result.returncode == 0 and "already finished (attempt 1); nothing to resume" in result.stderr
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in run_dir.rglob("*")) == before
