@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from mpskit import planner
+from mpskit import advice
 from mpskit.errors import MpskitError, warn
 from mpskit.foodpo import split_foodpo_args
 from mpskit.knobs import from_args
@@ -28,7 +28,7 @@ def prepare(run: ResolvedRun) -> tuple[ResolvedRun, Plan | None]:
     if run.stage == "foodpo":
         split_foodpo_args(run.args)  # fail on bad fooDPO settings before anything loads
     try:
-        planned, memory_plan = planner.planned(run)
+        planned, memory_plan = advice.planned(run)
     except MpskitError as err:
         warn(f"no memory plan: {err.problem}")
         return run, None

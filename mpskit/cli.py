@@ -99,8 +99,8 @@ def cmd_config(words: list[str]) -> int:
 
 def cmd_plan(words: list[str]) -> int:
     """The memory plan for a run; no torch import, so it answers at once."""
+    from mpskit.advice import plan_run
     from mpskit.plan_report import plan_as_dict, plan_lines
-    from mpskit.planner import plan_run
 
     as_json = "--json" in words
     run, _ = _resolve_from_words([w for w in words if w != "--json"])

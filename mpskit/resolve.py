@@ -26,7 +26,7 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 @dataclass(frozen=True)
 class ResolvedRun:
     """One run as merged from its layers, paths made absolute; never changed afterwards (the
-    planner makes a new one with its choice, see planner.planned)."""
+    planner makes a new one with its choice, see advice.planned)."""
 
     stage: str
     run_name: str

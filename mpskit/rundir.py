@@ -53,9 +53,15 @@ def write_record(run_dir: Path, record: RunRecord) -> None:
 
 
 def read_record(run_dir: Path) -> RunRecord:
-    data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
-    known = {f.name for f in dataclasses.fields(RunRecord)}
-    return RunRecord(**{key: value for key, value in data.items() if key in known})
+    try:
+        data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
+        known = {f.name for f in dataclasses.fields(RunRecord)}
+        return RunRecord(**{key: value for key, value in data.items() if key in known})
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise MpskitError(
+            f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})",
+            "give a run folder that mpskit train wrote",
+        ) from err
 
 
 def update_record(run_dir: Path, change: Callable[[RunRecord], None]) -> RunRecord:

@@ -141,11 +141,13 @@ def resume(run_dir: str | Path | None = None) -> Path:
     """Continue a stopped, killed or failed run from its last checkpoint, with its own settings. A
     run that finished is left as it is: resuming it would train past its end and rewrite its results."""
     run_dir = Path(run_dir).resolve() if run_dir else latest_run_dir()
-    if is_run_dir(run_dir):
-        attempts = read_record(run_dir).attempts
-        if attempts and attempts[-1].get("outcome") == "finished":
-            print(f"mpskit: {run_dir} already finished (attempt {len(attempts)}); nothing to resume", file=sys.stderr)
-            return run_dir
+    try:
+        attempts = read_record(run_dir).attempts if is_run_dir(run_dir) else []
+    except MpskitError:
+        attempts = []  # continue_run says what is wrong with the folder
+    if attempts and attempts[-1].get("outcome") == "finished":
+        print(f"mpskit: {run_dir} already finished (attempt {len(attempts)}); nothing to resume", file=sys.stderr)
+        return run_dir
     return continue_run(run_dir, need_checkpoint=True)
 
 

@@ -8,9 +8,11 @@ import sys
 import pytest
 from conftest import ROOT, run_mpskit
 
+from mpskit.advice import plan_run
+from mpskit.budget import SAFETY_MARGIN, budget_for
 from mpskit.hardware import load_hardware
 from mpskit.memory import FRAMEWORK_BYTES, GB, ModelDims
-from mpskit.planner import SAFETY_MARGIN, budget_for, plan, plan_run
+from mpskit.planner import plan
 from mpskit.resolve import resolve
 
 QWEN15_05B = ModelDims(hidden=1024, layers=24, heads=16, kv_heads=16, ffn=2816, vocab=151936)
