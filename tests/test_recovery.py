@@ -14,6 +14,8 @@ import pytest
 from conftest import ROOT, run_mpskit
 from test_e2e import losses
 
+from mpskit.rundir import incomplete_reason
+
 pytestmark = pytest.mark.e2e
 RUN = ["stage=sft", "template=qwen", f"dataset_dir={ROOT / 'data'}", "cutoff_len=128", "learning_rate=5e-3"]
 
@@ -113,8 +115,11 @@ def test_a_run_killed_hard_resumes_from_its_last_checkpoint(tmp_path, tiny_model
     run_dir = (runs / "latest").resolve()
     saved = sorted(int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*"))
     assert saved and saved[-1] < 33
+    # the kill may land while a checkpoint is being written: resume takes the newest complete one
+    complete = [step for step in saved if incomplete_reason(run_dir / f"checkpoint-{step}") is None]
+    assert complete  # checkpoint-4 was done before checkpoint-8 began
     resumed = run_mpskit("train", "--resume", cwd=tmp_path)  # no RUN_DIR: the newest run
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert final_state(run_dir)[0] == 33
     attempts = json.loads((run_dir / "mpskit.json").read_text())["attempts"]
-    assert attempts[-1]["outcome"] == "finished" and attempts[-1]["resumed_from"] == f"checkpoint-{saved[-1]}"
+    assert attempts[-1]["outcome"] == "finished" and attempts[-1]["resumed_from"] == f"checkpoint-{complete[-1]}"
