@@ -134,14 +134,13 @@ def cmd_rank(ns: argparse.Namespace) -> int:
 
 
 def cmd_tiny_model(ns: argparse.Namespace) -> int:
-    from mpskit.tiny import build_tiny_model, preset_model_dir
+    from mpskit.tiny import build_tiny_model, ensure_preset_model
 
-    directory = Path(ns.directory) if ns.directory else preset_model_dir()
-    if not ns.directory and (directory / "config.json").is_file():
-        print(f"mpskit: tiny model already in {directory}")
-        return 0
-    out = build_tiny_model(directory, ns.data)
-    print(f"mpskit: tiny model written to {out}")
+    if ns.directory:
+        out, built = build_tiny_model(ns.directory, ns.data), True
+    else:
+        out, built = ensure_preset_model(ns.data)
+    print(f"mpskit: tiny model {'written to' if built else 'already in'} {out}")
     return 0
 
 

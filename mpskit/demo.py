@@ -84,14 +84,11 @@ def format_table(results: list[StageResult]) -> str:
 
 
 def run_demo(hardware: str | None = None) -> int:
-    from mpskit.tiny import preset_model_dir
+    from mpskit.tiny import ensure_preset_model
 
-    tiny_dir = preset_model_dir()
-    if not (tiny_dir / "config.json").is_file():
-        from mpskit.tiny import build_tiny_model
-
-        print(f"mpskit demo: building the tiny model in {tiny_dir}")
-        build_tiny_model(tiny_dir)
+    tiny_dir, built = ensure_preset_model()
+    if built:
+        print(f"mpskit demo: built the tiny model in {tiny_dir}")
     log_dir = Path("output") / "demo-logs" / time.strftime("%Y%m%d-%H%M%S")
     log_dir.mkdir(parents=True, exist_ok=True)
     results = []

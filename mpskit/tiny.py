@@ -35,6 +35,14 @@ def preset_model_dir() -> Path:
     return Path(load_yaml(config_dir() / "models" / "tiny.yaml")["args"]["model_name_or_path"])
 
 
+def ensure_preset_model(data_dir: str | Path | None = None) -> tuple[Path, bool]:
+    """The demo model where its preset looks, built there once: (its folder, whether it was built now)."""
+    directory = preset_model_dir()
+    if (directory / "config.json").is_file():
+        return directory, False
+    return build_tiny_model(directory, data_dir), True
+
+
 def _corpus(data_dir: Path) -> list[str]:
     texts = []
     for path in sorted(data_dir.glob("*.json")):
