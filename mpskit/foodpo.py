@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mpskit.errors import MpskitError
+from mpskit.validate import check_value
 
 FOODPO_KEYS = ("pref_beta_scale", "foodpo_beta_min", "foodpo_beta_max", "foodpo_ppl_source")
 PPL_SOURCES = ("policy", "reference")
@@ -30,12 +31,11 @@ class FooDPOConfig:
     ppl_source: str = "policy"
 
 
-def _number(args: dict, key: str, minimum: float = 0.0) -> float | None:
+def _number(args: dict, key: str) -> float | None:
     value = args.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
-        raise MpskitError(f"{key} is {value!r}", f"set {key} to a number >= {minimum}")
+    check_value(key, value)
     return float(value)
 
 

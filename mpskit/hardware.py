@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from mpskit.errors import MpskitError
 from mpskit.presets import config_dir, load_yaml, resolve_preset_file
+from mpskit.validate import check_number
 
 KINDS = ("apple-silicon", "intel-mac", "cuda", "cpu")
 INTEL_MAC_NOTE = (
@@ -119,6 +120,32 @@ def hardware_notes(hw: Hardware) -> list[str]:
     return notes
 
 
+# What each fact of a profile must be: numbers (a validate.in_range kind and floor), text, switches.
+NUMBER_FACTS = {
+    "ram_gb": ("positive", 0),
+    "recommended_max_gb": ("positive", 0),
+    "headroom_gb": ("number", 0),
+    "gpu_memory_gb": ("positive", 0),
+    "gpu_count": ("int", 0),
+    "chip_generation": ("int", 1),
+}
+TEXT_FACTS = ("kind", "chip", "macos", "torch", "transformers", "llamafactory")
+SWITCH_FACTS = ("mps_available", "cuda_bf16", "flash_attn")
+
+
+def _check_facts(data: dict, source: str) -> None:
+    for key, (kind, low) in NUMBER_FACTS.items():
+        if data.get(key) is not None or key == "ram_gb":
+            check_number(f"hardware profile {source}: {key}", data[key], kind, low, fix=f"write {key} as such a number")
+    for key in TEXT_FACTS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise MpskitError(f"hardware profile {source}: {key}={value!r} is not text", f"quote it: {key}: '{value}'")
+    for key in SWITCH_FACTS:
+        if key in data and not isinstance(data[key], bool):
+            raise MpskitError(f"hardware profile {source}: {key}={data[key]!r} is not a switch", "write true or false")
+
+
 def _from_mapping(data: dict, name: str, source: str) -> Hardware:
     known = {f.name for f in dataclasses.fields(Hardware)}
     unknown = sorted(set(data) - known - {"description"})
@@ -132,8 +159,7 @@ def _from_mapping(data: dict, name: str, source: str) -> Hardware:
             raise MpskitError(f"hardware profile {source} lacks '{required}'", f"add '{required}:' to it")
     if data["kind"] not in KINDS:
         raise MpskitError(f"hardware profile {source} has kind '{data['kind']}'", f"use one of {', '.join(KINDS)}")
-    if not isinstance(data["ram_gb"], int | float) or data["ram_gb"] <= 0:
-        raise MpskitError(f"hardware profile {source} has ram_gb {data['ram_gb']!r}", "give RAM in GB, > 0")
+    _check_facts(data, source)
     values = {k: v for k, v in data.items() if k != "description"}
     values.setdefault("name", name)
     hw = Hardware(source=source, **values)
@@ -166,7 +192,7 @@ def _sysctl(key: str) -> str | None:
     return out.stdout.strip() or None
 
 
-def _nvidia_gpus() -> list[tuple[str, float]]:
+def nvidia_gpus() -> list[tuple[str, float]]:
     if not shutil.which("nvidia-smi"):
         return []
     out = subprocess.run(
@@ -205,7 +231,7 @@ def detect(probe_torch: bool = False) -> Hardware:
         else:
             data["kind"] = "intel-mac"
     else:
-        gpus = _nvidia_gpus()
+        gpus = nvidia_gpus()
         if gpus:
             data.update(kind="cuda", chip=gpus[0][0], gpu_memory_gb=gpus[0][1], gpu_count=len(gpus))
             data["flash_attn"] = installed_version("flash-attn") is not None

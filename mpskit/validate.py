@@ -1,10 +1,13 @@
 """Types and ranges of the knobs mpskit sets or reads, checked before anything loads.
 
 LLaMA-Factory and transformers would catch most of these too, but minutes later and as a
-traceback from deep inside; here each is one line with the fix.
+traceback from deep inside; here each is one line with the fix. Every number must be finite:
+`inf` and `nan` pass most range checks and then train to NaN or never end.
 """
 
 from __future__ import annotations
+
+import math
 
 from mpskit.errors import MpskitError
 
@@ -21,12 +24,23 @@ RANGES = {
     "num_train_epochs": ("positive", 0.0, None),
     "max_steps": ("int", -1, None),
     "warmup_ratio": ("number", 0.0, 1.0),
+    "warmup_steps": ("int", 0, None),
+    "weight_decay": ("number", 0.0, None),
+    "max_grad_norm": ("number", 0.0, None),
     "logging_steps": ("positive", 0.0, None),
     "save_steps": ("positive", 0.0, None),
+    "eval_steps": ("positive", 0.0, None),
     "save_total_limit": ("int", 1, None),
+    "max_samples": ("int", 1, None),
     "seed": ("int", 0, None),
     "dataloader_num_workers": ("int", 0, None),
     "pref_beta": ("positive", 0.0, None),
+    "pref_ftx": ("number", 0.0, None),
+    "pref_beta_scale": ("number", 0.0, None),
+    "foodpo_beta_min": ("number", 0.0, None),
+    "foodpo_beta_max": ("number", 0.0, None),
+    "memory_budget_gb": ("positive", 0.0, None),
+    "min_cutoff_len": ("int", 8, None),
 }
 SWITCHES = (
     "bf16",
@@ -45,20 +59,28 @@ CHOICES = {
 
 
 def _describe(kind: str, low, high) -> str:
-    what = {"int": "a whole number", "number": "a number", "positive": "a number above 0"}[kind]
-    if kind != "positive" and high is not None:
-        return f"{what} from {low} to {high}"
-    return f"{what} of at least {low}" if kind == "int" else what
+    if kind == "positive":
+        return f"a finite number above {low:g}"
+    what = "a whole number" if kind == "int" else "a finite number"
+    return f"{what} from {low} to {high}" if high is not None else f"{what} of at least {low}"
+
+
+def in_range(value, kind: str, low, high=None) -> bool:
+    """A finite number of that kind within [low, high] ("positive": above low)."""
+    is_number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_number and (kind != "int" or isinstance(value, int))
+    return ok and (value > low if kind == "positive" else value >= low) and (high is None or value <= high)
+
+
+def check_number(where: str, value, kind: str, low, high=None, fix: str = "set it to such a value") -> None:
+    """One line naming `where` (a key, or a profile's field) when `value` is not such a number."""
+    if not in_range(value, kind, low, high):
+        raise MpskitError(f"{where}={value!r} is not {_describe(kind, low, high)}", fix)
 
 
 def check_value(key: str, value) -> None:
     if key in RANGES:
-        kind, low, high = RANGES[key]
-        is_number = isinstance(value, int | float) and not isinstance(value, bool)
-        ok = is_number and (kind != "int" or isinstance(value, int))
-        ok = ok and (value > low if kind == "positive" else value >= low) and (high is None or value <= high)
-        if not ok:
-            raise MpskitError(f"{key}={value!r} is not {_describe(kind, low, high)}", f"set {key} to such a value")
+        check_number(key, value, *RANGES[key], fix=f"set {key} to such a value")
     elif key in SWITCHES and not isinstance(value, bool):
         raise MpskitError(f"{key}={value!r} is not true or false", f"write {key}=true or {key}=false")
     elif key in CHOICES and value not in CHOICES[key]:
