@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from pathlib import Path
 
 import yaml
@@ -19,19 +20,54 @@ def config_dir() -> Path:
     return Path(os.environ.get("MPSKIT_CONFIG_DIR") or Path(__file__).resolve().parent.parent / "configs")
 
 
+MAX_YAML_BYTES = 1024**2  # a run file or preset is a few KB; anything this large is not one
+# Anchors are fine; a "billion laughs" of nested aliases (or a cycle) that expands past this is not.
+MAX_YAML_NODES = 100_000
+# YAML 1.2 floats: PyYAML (YAML 1.1) reads 1e-4 as text, LLaMA-Factory's OmegaConf as 0.0001.
+FLOAT = r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that reads 1e-4 as a number, as YAML 1.2 and LLaMA-Factory do."""
+
+
+_SafeLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(FLOAT), list("-+0123456789."))
+
+
+def _expands_past(data, limit: int) -> bool:
+    """Whether the data, with every alias expanded, holds more than `limit` values."""
+    stack, seen = [data], 0
+    while stack:
+        seen += 1
+        if seen > limit:
+            return True
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+    return False
+
+
 def load_yaml(path: Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise MpskitError(f"{path} does not exist", "check the path")
+    if not path.is_file() or path.stat().st_size > MAX_YAML_BYTES:
+        what = "not a regular file" if not path.is_file() else f"larger than {MAX_YAML_BYTES // 1024} KB"
+        raise MpskitError(f"cannot read {path} ({what})", "give a YAML file of key: value lines")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError as err:
-        raise MpskitError(f"{path} does not exist", "check the path") from err
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        text = path.read_text(encoding="utf-8")
+    except (PermissionError, UnicodeDecodeError) as err:
         raise MpskitError(f"cannot read {path} ({type(err).__name__})", "give a readable YAML file") from err
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise MpskitError(f"{path} is not valid YAML{where}", "fix the syntax (indentation, colons)") from err
+    if _expands_past(data, MAX_YAML_NODES):
+        raise MpskitError(f"{path} expands past {MAX_YAML_NODES} values (nested aliases)", "write the values out")
     if data is None:
         return {}
     if not isinstance(data, dict):
