@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 from pathlib import Path
 
 from mpskit import advice
+from mpskit.dataset_checks import check_datasets
 from mpskit.errors import MpskitError, warn
 from mpskit.foodpo import split_foodpo_args
+from mpskit.hardware import nvidia_gpus
 from mpskit.knobs import from_args
 from mpskit.memory import GB, checkpoint_bytes, dims_from_mapping, trainable_params
 from mpskit.planner import Plan
@@ -51,6 +54,10 @@ def check_model(model: str) -> None:
     if path.exists():
         if not (path / "config.json").is_file():
             raise MpskitError(f"model directory {model} has no config.json", fix)
+        try:
+            json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise MpskitError(f"{path / 'config.json'} is not valid JSON", "restore the model's config.json") from err
         return
     looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
     if not looks_like_hub_id:
@@ -73,34 +80,20 @@ def _hub_reachable(model: str) -> bool:
         return False
 
 
-def check_datasets(args: dict) -> None:
-    """Every dataset named in dataset/eval_dataset is in dataset_dir/dataset_info.json."""
-    names = [
-        name.strip()
-        for key in ("dataset", "eval_dataset")
-        for name in str(args.get(key) or "").split(",")
-        if name.strip()
-    ]
-    if not names:
-        raise MpskitError("no dataset given", "set dataset=NAME (a name from data/dataset_info.json)")
-    dataset_dir = Path(str(args.get("dataset_dir", "data")))
-    info_file = dataset_dir / "dataset_info.json"
-    if not info_file.is_file():
-        raise MpskitError(f"{info_file} not found", "set dataset_dir to the folder that holds dataset_info.json")
-    try:
-        info = json.loads(info_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise MpskitError(f"{info_file} is not valid JSON", "fix the file") from err
-    for name in names:
-        if name not in info:
-            raise MpskitError(
-                f"dataset '{name}' is not in {info_file}", f"add it there or use one of {', '.join(sorted(info))}"
-            )
-        file_name = info[name].get("file_name")
-        if file_name and not (dataset_dir / file_name).exists():
-            raise MpskitError(
-                f"dataset '{name}' points at {dataset_dir / file_name}, which does not exist", "fix file_name"
-            )
+def check_device(run: ResolvedRun) -> None:
+    """The profile's device is on this machine: an MPS run needs a Mac with Apple silicon, a CUDA run an
+    NVIDIA GPU (`mpskit plan` and `config` may name any profile; `train` runs here)."""
+    if run.device == "mps" and (platform.system() != "Darwin" or platform.machine() != "arm64"):
+        where = f"{platform.system()} {platform.machine()}"
+        raise MpskitError(
+            f"hardware '{run.hardware.name}' trains on MPS, which this machine ({where}) does not have",
+            "train with --hardware cpu (or no --hardware: mpskit detects this machine)",
+        )
+    if run.device == "cuda" and not nvidia_gpus():
+        raise MpskitError(
+            f"hardware '{run.hardware.name}' trains on CUDA, but nvidia-smi finds no NVIDIA GPU here",
+            "train with --hardware cpu (or no --hardware: mpskit detects this machine)",
+        )
 
 
 def check_disk(run: ResolvedRun, root: str | Path = "output") -> None:

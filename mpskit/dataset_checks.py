@@ -1,0 +1,122 @@
+"""The datasets a run names, opened and checked against dataset_info.json before anything is created.
+
+LLaMA-Factory reads them minutes later, after the model has loaded, and a bad file ends there as a
+traceback from `datasets` (or as "Cannot find valid samples"). Here each problem is one line that
+names the file, the row and the column. Local JSON and JSON Lines files are read whole (as
+LLaMA-Factory will); other formats, folders and hub datasets are left to LLaMA-Factory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+
+PREFERENCE_STAGES = ("dpo", "foodpo", "rm")
+
+
+def dataset_names(args: dict) -> list[str]:
+    return [
+        name.strip()
+        for key in ("dataset", "eval_dataset")
+        for name in str(args.get(key) or "").split(",")
+        if name.strip()
+    ]
+
+
+def check_datasets(args: dict) -> None:
+    """Every dataset named in dataset/eval_dataset is in dataset_dir/dataset_info.json, fits the stage,
+    and its local file holds examples with the columns its entry names."""
+    names = dataset_names(args)
+    if not names:
+        raise MpskitError("no dataset given", "set dataset=NAME (a name from data/dataset_info.json)")
+    dataset_dir = Path(str(args.get("dataset_dir", "data")))
+    info_file = dataset_dir / "dataset_info.json"
+    if not info_file.is_file():
+        raise MpskitError(f"{info_file} not found", "set dataset_dir to the folder that holds dataset_info.json")
+    try:
+        info = json.loads(info_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise MpskitError(f"{info_file} is not valid JSON", "fix the file") from err
+    if not isinstance(info, dict):
+        raise MpskitError(f"{info_file} holds a {type(info).__name__}, not a mapping", "map each dataset name to {...}")
+    for name in names:
+        if name not in info:
+            raise MpskitError(
+                f"dataset '{name}' is not in {info_file}", f"add it there or use one of {', '.join(sorted(info))}"
+            )
+        entry = info[name]
+        if not isinstance(entry, dict):
+            raise MpskitError(f"dataset '{name}' in {info_file} is not a mapping", 'write {"file_name": ...}')
+        _check_stage(name, entry, str(args.get("stage", "sft")))
+        file_name = entry.get("file_name")
+        if file_name:
+            path = dataset_dir / str(file_name)
+            if not path.exists():
+                raise MpskitError(f"dataset '{name}' points at {path}, which does not exist", "fix file_name")
+            if path.is_file() and path.suffix in (".json", ".jsonl"):
+                _check_rows(path, _read_rows(path), required_columns(entry, str(args.get("stage", "sft"))))
+
+
+def _check_stage(name: str, entry: dict, stage: str) -> None:
+    ranking = bool(entry.get("ranking"))
+    if stage in PREFERENCE_STAGES and not ranking:
+        raise MpskitError(
+            f"dataset '{name}' is not a preference set, which stage {stage} needs",
+            'give pairs (chosen, rejected) and "ranking": true in dataset_info.json',
+        )
+    if stage in ("sft", "pt") and ranking:
+        raise MpskitError(f"dataset '{name}' is a preference set (ranking: true)", f"give stage {stage} a plain set")
+
+
+def required_columns(entry: dict, stage: str) -> list[str]:
+    """The columns LLaMA-Factory's converters read from each row, by the entry's formatting."""
+    columns = entry.get("columns") or {}
+    ranking = bool(entry.get("ranking"))
+    if entry.get("formatting", "alpaca") == "alpaca":
+        needed = [columns.get("prompt", "instruction")]
+        if not ranking and stage == "sft":
+            needed.append(columns.get("response", "output"))
+    else:
+        needed = [columns.get("messages", "conversations")]
+    if ranking:
+        needed += [columns.get("chosen", "chosen"), columns.get("rejected", "rejected")]
+    return needed
+
+
+def _read_rows(path: Path) -> list:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise MpskitError(f"{path} is not UTF-8 text (byte {err.start})", "save it as UTF-8") from err
+    if not text.strip():
+        raise MpskitError(f"{path} is empty", "give it examples, or name another dataset")
+    lines = enumerate(text.splitlines(), start=1) if path.suffix == ".jsonl" else [(1, text)]
+    rows = []
+    for first_line, chunk in lines:
+        try:
+            rows.append(json.loads(chunk) if chunk.strip() else None)
+        except json.JSONDecodeError as err:
+            line = first_line + err.lineno - 1
+            raise MpskitError(f"{path} is not valid JSON (line {line}: {err.msg})", "fix the file") from err
+    if path.suffix == ".jsonl":
+        return [row for row in rows if row is not None]
+    rows = rows[0]
+    if not isinstance(rows, list):
+        raise MpskitError(f"{path} holds a {type(rows).__name__}, not a list of examples", "write [{...}, {...}]")
+    return rows
+
+
+def _check_rows(path: Path, rows: list, needed: list[str]) -> None:
+    if not rows:
+        raise MpskitError(f"{path} holds no examples", "give it examples, or name another dataset")
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise MpskitError(f"{path}: row {number} is a {type(row).__name__}, not a mapping", "write {...} rows")
+        missing = [column for column in needed if row.get(column) is None]
+        if missing:
+            raise MpskitError(
+                f"{path}: row {number} has no '{missing[0]}' column",
+                f"give every row {', '.join(repr(c) for c in needed)} (or map them in dataset_info.json's columns)",
+            )
