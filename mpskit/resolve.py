@@ -15,7 +15,7 @@ from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_support
 from mpskit.knobs import PLANNER_KEYS
 from mpskit.launch import process_layout
 from mpskit.presets import load_yaml, merge, preset_names, resolve_preset_file, translate_removed_keys
-from mpskit.validate import check_args
+from mpskit.validate import check_args, check_number, check_value
 
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
 MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len")
@@ -95,11 +95,26 @@ def _check_dtype(args: dict, hw: Hardware, device: str) -> None:
     if args.get("fp16") and (device == "cpu" or not fp16_supported(hw)):
         where = "CPU" if device == "cpu" else f"{hw.kind} with torch {hw.torch}"
         raise MpskitError(f"fp16 training is not supported on {where}", "set fp16: false (MPS fp16 needs torch >= 2.8)")
+    if args.get("quantization_bit") is not None and device != "cuda":
+        raise MpskitError(
+            f"quantization_bit={args['quantization_bit']!r} needs bitsandbytes on CUDA; this run is on {device}",
+            "leave quantization_bit out (see `mpskit plan` for what fits)",
+        )
     if args.get("bf16") and device != "cpu" and not bf16_supported(hw):
         raise MpskitError(
             f"bf16 is not supported on {hw.name} (needs macOS >= 14 and torch >= 2.6, or an Ampere+ GPU)",
             "set bf16: false",
         )
+
+
+def _checked_dims(dims, source: str) -> dict:
+    """A model preset's `dims:`: a mapping of whole numbers (tied_embeddings: true or false)."""
+    if not isinstance(dims, dict):
+        raise MpskitError(f"{source}: dims {dims!r} is not a mapping", "write dims: with hidden, layers, heads, ...")
+    for key, value in dims.items():
+        if key != "tied_embeddings":
+            check_number(f"{source}: dims.{key}", value, "int", 1, fix="give the model's shapes as whole numbers")
+    return dims
 
 
 def _default_run_name(stage: str, model_preset: str | None, model_path: str) -> str:
@@ -133,7 +148,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     model_args, dims = {}, {}
     if own.get("model_preset"):
         model_args, model_data, model_files = _preset("models", str(own["model_preset"]))
-        dims = model_data.get("dims") or {}
+        dims = _checked_dims(model_data.get("dims") or {}, model_files[-1])
         layers += model_files
 
     hw = select_hardware(hardware or own.get("hardware"), probe_torch=probe_torch)
@@ -171,14 +186,10 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
 
 def _limits(own: dict) -> dict:
     limits = {}
-    for key, kind, smallest in (("memory_budget_gb", float, 0.0), ("min_cutoff_len", int, 1)):
+    for key, kind in (("memory_budget_gb", float), ("min_cutoff_len", int)):
         if key in own:
-            value = own[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= smallest:
-                raise MpskitError(
-                    f"{key}={value!r} is not a positive number", f"set {key} to a number above {smallest:g}"
-                )
-            limits[key] = kind(value)
+            check_value(key, own[key])
+            limits[key] = kind(own[key])
     return limits
 
 

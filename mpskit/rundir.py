@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -121,8 +122,9 @@ def last_checkpoint(run_dir: Path) -> Path | None:
 def point_latest(run_dir: Path) -> None:
     """output/<run>/latest -> this run folder, unless something else the user made is there."""
     latest = run_dir.parent / "latest"
-    if latest.is_symlink() or not latest.exists():
-        if latest.is_symlink():
+    ours = latest.is_symlink() and "/" not in os.readlink(latest)  # mpskit links to a sibling folder
+    if ours or not (latest.exists() or latest.is_symlink()):
+        if ours:
             latest.unlink()
         latest.symlink_to(run_dir.name)
 
@@ -139,6 +141,10 @@ def new_run_dir(run_name: str, output_dir: str | None, root: str | Path = "outpu
     """output/<run>/<timestamp>: a fresh directory; an explicit output_dir must be new or empty."""
     if output_dir:
         path = Path(str(output_dir)).expanduser()
+        if path.is_symlink() and not path.exists():
+            raise MpskitError(f"output_dir {path} is a link to nothing", "set output_dir to a folder, or fix the link")
+        if path.exists() and not path.is_dir():
+            raise MpskitError(f"output_dir {path} is a file", "set output_dir to a new folder")
         if path.exists() and any(path.iterdir()):
             raise MpskitError(
                 f"output_dir {path} already holds files", "choose a new output_dir; mpskit never overwrites a run"

@@ -16,7 +16,7 @@ import yaml
 
 from mpskit import knobs, lf, planner
 from mpskit.attempts import Ladder, run_attempts
-from mpskit.checks import check_disk, prepare
+from mpskit.checks import check_device, check_disk, prepare
 from mpskit.errors import MpskitError
 from mpskit.hardware import installed_version
 from mpskit.launch import inside_launch, launch
@@ -66,7 +66,7 @@ def write_run_dir(
     run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan=None, ladder: Ladder | None = None
 ) -> Path:
     run_dir = new_run_dir(run.run_name, run.args.get("output_dir"))
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)  # new, or an empty output_dir the user made
     args = {**run.args, "output_dir": str(run_dir.resolve())}
     lf.write_yaml(args, run_dir / YAML)
     record = RunRecord(
@@ -114,6 +114,7 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     and every torchrun rank do; returns the run directory. The environment and device hiding come
     first, before the key check imports LLaMA-Factory (and torch)."""
     run, memory_plan = prepare(run)
+    check_device(run)
     check_disk(run)
     env = export_environment(run)
     if run.hide_mps:
