@@ -71,7 +71,7 @@ def _oom_block(oom: OutOfMemory, predicted_gb: float | None, attempt: int, step:
 
 def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpoint: Path | None = None) -> Path:
     """Train until finished, out of rungs, or stopped by a signal (then raises Interrupted)."""
-    from mpskit.callbacks import StopOnSignal, fake_out_of_memory
+    from mpskit.callbacks import StopOnDivergence, StopOnSignal, fake_out_of_memory
     from mpskit.monitor import MemoryMonitor
 
     lf.import_engine()
@@ -88,13 +88,14 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
             "resumed_from": checkpoint.name if checkpoint else None,
         }
         monitor, stopper = MemoryMonitor(device), StopOnSignal()  # monitor after the imports: baseline
-        callbacks = [monitor, stopper, *(fake_out_of_memory() if attempt == first == 1 else [])]
+        callbacks = [monitor, stopper, StopOnDivergence(), *(fake_out_of_memory() if attempt == first == 1 else [])]
         try:
             logits_path = lf.run(attempt_args, callbacks=callbacks)
         except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
             oom = recognise(err)
             if oom is None:
-                _record_attempt(run_dir, {**entry, "outcome": f"error: {type(err).__name__}"}, monitor.stop(), [])
+                what = err.problem if isinstance(err, MpskitError) else type(err).__name__
+                _record_attempt(run_dir, {**entry, "outcome": f"error: {what}"}, monitor.stop(), [])
                 raise
             del err
             _free_device_memory(device)

@@ -1,14 +1,17 @@
-"""TrainerCallbacks for clean stops: Ctrl-C / SIGTERM at a step boundary, and the test-only synthetic
-out-of-memory error."""
+"""TrainerCallbacks for clean stops: Ctrl-C / SIGTERM at a step boundary, a stop at the first
+non-finite loss or weight, and the test-only synthetic out-of-memory error."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
 
+import torch
 from transformers import TrainerCallback
 
+from mpskit.errors import MpskitError
 from mpskit.oom import synthetic_error
 
 FAKE_OOM_VARIABLE = "MPSKIT_FAKE_OOM_AT_STEP"
@@ -43,6 +46,36 @@ class StopOnSignal(TrainerCallback):
         for number, handler in self._previous.items():
             signal.signal(number, handler)
         return control
+
+
+class StopOnDivergence(TrainerCallback):
+    """A non-finite logged loss or gradient norm, or a non-finite trainable weight after an optimizer
+    step, stops the run there. The weights are checked at the end of every step, before the trainer
+    saves, so no checkpoint of a diverged model is ever written: the newest one stays a good one."""
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        trainable = [p for p in model.parameters() if p.requires_grad] if model is not None else []
+        if trainable and not torch.stack([torch.isfinite(p).all() for p in trainable]).all():
+            self._stop(args, state.global_step, "a trainable weight is not finite")
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in ("loss", "grad_norm", "eval_loss"):
+            value = (logs or {}).get(key)
+            if isinstance(value, float) and not math.isfinite(value):
+                self._stop(args, state.global_step, f"{key} is {value}")
+        return control
+
+    @staticmethod
+    def _stop(args, step: int, what: str) -> None:
+        if step <= 1:  # nothing trained yet: the model, the data or the dtype
+            fix = "check the model's weights (a NaN in them?) and the dtype (fp16 can overflow)"
+        else:
+            fix = (
+                f"lower learning_rate (now {args.learning_rate:g}) or pref_beta, then resume from the last "
+                f"good checkpoint: mpskit train --resume {args.output_dir}"
+            )
+        raise MpskitError(f"training diverged at step {step}: {what}", fix)
 
 
 class FakeOutOfMemory(TrainerCallback):
