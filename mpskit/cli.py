@@ -165,8 +165,16 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as mpskit's one line instead of a usage block."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("mpskit").strip()
+        raise MpskitError(f"{command}: {message}" if command else message, f"see `{self.prog} --help`")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mpskit", description="LLM fine-tuning that fits: SFT, DPO, fooDPO.")
+    parser = _Parser(prog="mpskit", description="LLM fine-tuning that fits: SFT, DPO, fooDPO.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (
         ("detect", "describe this machine (or a --hardware profile)"),
