@@ -3,6 +3,9 @@ that was there before is changed. Plus fuzzing of the config loader and merger (
 
 import hashlib
 import json
+import os
+import platform
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,6 +48,58 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("no_ckpt_run/mpskit.json", "{}")
     write("no_ckpt_run/llamafactory.yaml", "stage: sft\n")
     (work / "not_a_run").mkdir()
+    for name, facts in {
+        "hw_nan_ram": "kind: cpu\nchip: x\nram_gb: .nan\n",
+        "hw_headroom_text": "kind: cpu\nchip: x\nram_gb: 8\nheadroom_gb: lots\n",
+        "hw_macos_float": "kind: apple-silicon\nchip: Apple M2\nram_gb: 16\nmacos: 14.5\n",
+        "hw_gpu_count_text": "kind: cuda\nchip: x\nram_gb: 64\ngpu_count: two\n",
+        "hw_negative_recommended": "kind: apple-silicon\nchip: Apple M1\nram_gb: 8\nrecommended_max_gb: -4\n",
+        "hw_generation_zero": "kind: apple-silicon\nchip: Apple M1\nram_gb: 8\nchip_generation: 0\n",
+        "hw_bf16_text": "kind: cuda\nchip: x\nram_gb: 64\ncuda_bf16: sometimes\n",
+        "hw_no_kind": "chip: x\nram_gb: 8\n",
+        "hw_kind_tpu": "kind: tpu\nchip: x\nram_gb: 8\n",
+        "hw_args_list": "kind: cpu\nchip: x\nram_gb: 8\nargs: [1, 2]\n",
+        "hw_infinite_gpu": "kind: cuda\nchip: x\nram_gb: 64\ngpu_memory_gb: .inf\n",
+    }.items():
+        write(f"{name}.yaml", facts)
+    model_args = f"args:\n  model_name_or_path: {model}\n  template: qwen\n"
+    write("model_dims_text.yaml", model_args + "dims: lots\n")
+    write(
+        "model_dims_zero.yaml", model_args + "dims: {hidden: 0, layers: 2, heads: 2, kv_heads: 1, ffn: 8, vocab: 9}\n"
+    )
+    write("model_dims_quoted.yaml", model_args + "dims: {hidden: '64', layers: 2, heads: 2, kv_heads: 1, ffn: 8}\n")
+    write("stage_a.yaml", f"extends: {work}/stage_b.yaml\nargs: {{stage: sft}}\n")
+    write("stage_b.yaml", f"extends: {work}/stage_a.yaml\nargs: {{stage: sft}}\n")
+    laughs = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    laughs += [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefg", "bcdefgh", strict=True)]
+    write("bomb.yaml", "\n".join(laughs) + "\nstage: sft\n")
+    write("cycle.yaml", "stage: sft\nloop: &loop [*loop]\n")
+    write("huge.yaml", "stage: sft\n" + "# padding\n" * 120_000)
+    write("python_tag.yaml", "stage: !!python/object/apply:os.system ['echo hi']\n")
+    os.mkfifo(work / "pipe.yaml")
+    write("bad_config_model/config.json", "{ not json")
+    (work / "dangling").symlink_to(work / "nowhere")
+    rows = {
+        "broken.json": "[{\"instruction\": \"a\",",
+        "empty.json": "",
+        "latin1.json": b'[{"instruction": "caf\xe9", "output": "x"}]',
+        "no_rejected.json": json.dumps([{"instruction": "q", "chosen": "a", "rejected": "b"},
+                                        {"instruction": "q", "chosen": "a"}]),
+        "strings.json": json.dumps(["a", "b"]),
+        "mapping.json": json.dumps({"instruction": "q", "output": "a"}),
+        "none.json": "[]",
+        "no_output.json": json.dumps([{"instruction": "q"}]),
+        "lines.jsonl": '{"instruction": "q", "output": "a"}\n{"instruction": \n',
+    }  # fmt: skip
+    for name, text in rows.items():
+        write(f"ds/{name}", text)
+    info = {Path(name).stem: {"file_name": name} for name in rows}
+    info["no_rejected"].update(
+        ranking=True, columns={"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}
+    )
+    info["not_a_mapping"] = "demo.json"
+    write("ds/dataset_info.json", json.dumps(info))
+    write("ds_list/dataset_info.json", "[]")
     return files
 
 
@@ -65,7 +120,7 @@ CASES = [
     ("unknown model preset", ["train", "stage=sft", "model_preset=qwen9"], ["unknown models preset"]),
     ("unknown hardware", ["train", "BASE", "--hardware", "m9-ultra"], ["unknown hardware preset"]),
     ("hardware key unknown", ["train", "BASE", "--hardware", "{w}/hw_unknown_key.yaml"], ["unknown key(s) gpus"]),
-    ("hardware RAM negative", ["train", "BASE", "--hardware", "{w}/hw_negative_ram.yaml"], ["ram_gb -8"]),
+    ("hardware RAM negative", ["train", "BASE", "--hardware", "{w}/hw_negative_ram.yaml"], ["ram_gb=-8"]),
     ("--hardware without value", ["train", "BASE", "--hardware"], ["--hardware needs a value"]),
     ("model missing", ["train", "stage=sft", "model_name_or_path={w}/nope"], ["MODEL_PATH", "make demo"]),
     ("model without config", ["train", "stage=sft", "model_name_or_path={w}/no_config_model"], ["config.json"]),
@@ -112,6 +167,155 @@ CASES = [
     ("run_name absolute", ["train", "BASE", "run_name=/tmp/x"], ["run_name '/tmp/x' would leave output/"]),
     ("run_name with a separator", ["train", "BASE", "run_name=a/b"], ["run_name 'a/b'"]),
     ("run_name hidden", ["config", "BASE", "run_name=.x"], ["run_name '.x'"]),
+    ("learning rate infinite", ["train", "BASE", "learning_rate=inf"], ["learning_rate=inf", "finite"]),
+    ("learning rate NaN", ["train", "BASE", "learning_rate=nan"], ["learning_rate=nan"]),
+    ("epochs infinite", ["train", "BASE", "num_train_epochs=inf"], ["num_train_epochs=inf"]),
+    ("budget NaN", ["plan", "BASE", "memory_budget_gb=nan"], ["memory_budget_gb=nan"]),
+    ("budget infinite", ["train", "BASE", "memory_budget_gb=inf"], ["memory_budget_gb=inf"]),
+    ("cutoff floor infinite", ["train", "BASE", "min_cutoff_len=inf"], ["min_cutoff_len=inf"]),
+    (
+        "fooDPO scale NaN",
+        ["train", "BASE", "stage=foodpo", "dataset=demo_pref", "eval_dataset=", "pref_beta_scale=nan"],
+        ["pref_beta_scale=nan"],
+    ),  # fmt: skip
+    (
+        "fooDPO beta floor infinite",
+        ["train", "BASE", "stage=foodpo", "dataset=demo_pref", "eval_dataset=", "foodpo_beta_min=inf"],
+        ["foodpo_beta_min=inf"],
+    ),  # fmt: skip
+    (
+        "fooDPO beta bounds swapped",
+        [
+            "train",
+            "BASE",
+            "stage=foodpo",
+            "dataset=demo_pref",
+            "eval_dataset=",
+            "foodpo_beta_min=2",
+            "foodpo_beta_max=1",
+        ],
+        ["foodpo_beta_min is above foodpo_beta_max"],
+    ),  # fmt: skip
+    (
+        "fooDPO perplexity source unknown",
+        ["train", "BASE", "stage=foodpo", "dataset=demo_pref", "eval_dataset=", "foodpo_ppl_source=oracle"],
+        ["foodpo_ppl_source"],
+    ),  # fmt: skip
+    (
+        "DPO beta zero",
+        ["train", "BASE", "stage=dpo", "dataset=demo_pref", "eval_dataset=", "pref_beta=0"],
+        ["pref_beta=0"],
+    ),
+    ("gradient clip negative", ["train", "BASE", "max_grad_norm=-1"], ["max_grad_norm=-1"]),
+    ("warmup steps negative", ["train", "BASE", "warmup_steps=-3"], ["warmup_steps=-3"]),
+    ("warmup ratio above one", ["train", "BASE", "warmup_ratio=2"], ["warmup_ratio=2"]),
+    ("weight decay negative", ["train", "BASE", "weight_decay=-0.1"], ["weight_decay=-0.1"]),
+    ("keep no checkpoints", ["train", "BASE", "save_total_limit=0"], ["save_total_limit=0"]),
+    ("seed negative", ["train", "BASE", "seed=-1"], ["seed=-1"]),
+    ("rank zero", ["train", "BASE", "lora_rank=0"], ["lora_rank=0"]),
+    ("alpha fractional", ["train", "BASE", "lora_alpha=0.5"], ["lora_alpha=0.5"]),
+    ("logging every 0 steps", ["train", "BASE", "logging_steps=0"], ["logging_steps=0"]),
+    ("no samples", ["train", "BASE", "max_samples=0"], ["max_samples=0"]),
+    ("cutoff below 8", ["train", "BASE", "cutoff_len=4"], ["cutoff_len=4"]),
+    ("accumulation negative", ["train", "BASE", "gradient_accumulation_steps=-2"], ["gradient_accumulation_steps"]),
+    ("batch boolean", ["train", "BASE", "per_device_train_batch_size=true"], ["per_device_train_batch_size=True"]),
+    ("max_steps below -1", ["train", "BASE", "max_steps=-5"], ["max_steps=-5"]),
+    ("lean logits maybe", ["train", "BASE", "lean_logits=maybe"], ["lean_logits='maybe'"]),
+    ("finetuning type unknown", ["train", "BASE", "finetuning_type=qlora"], ["finetuning_type='qlora'"]),
+    ("QLoRA on the CPU", ["train", "BASE", "quantization_bit=4"], ["quantization_bit=4", "CUDA"]),
+    ("impossible cutoff", ["train", "BASE", "cutoff_len=100000000", "min_cutoff_len=100000000"], ["no setting fits"]),
+    ("hardware RAM NaN", ["train", "BASE", "--hardware", "{w}/hw_nan_ram.yaml"], ["ram_gb=nan"]),
+    ("hardware headroom text", ["plan", "BASE", "--hardware", "{w}/hw_headroom_text.yaml"], ["headroom_gb='lots'"]),
+    ("hardware macOS a number", ["plan", "BASE", "--hardware", "{w}/hw_macos_float.yaml"], ["macos=14.5", "quote"]),
+    ("hardware GPU count text", ["plan", "BASE", "--hardware", "{w}/hw_gpu_count_text.yaml"], ["gpu_count='two'"]),
+    (
+        "hardware negative working set",
+        ["env", "--hardware", "{w}/hw_negative_recommended.yaml"],
+        ["recommended_max_gb=-4"],
+    ),  # fmt: skip
+    ("hardware generation zero", ["detect", "--hardware", "{w}/hw_generation_zero.yaml"], ["chip_generation=0"]),
+    ("hardware bf16 text", ["plan", "BASE", "--hardware", "{w}/hw_bf16_text.yaml"], ["cuda_bf16='sometimes'"]),
+    ("hardware GPU memory infinite", ["plan", "BASE", "--hardware", "{w}/hw_infinite_gpu.yaml"], ["gpu_memory_gb=inf"]),
+    ("hardware without kind", ["train", "BASE", "--hardware", "{w}/hw_no_kind.yaml"], ["lacks 'kind'"]),
+    ("hardware kind unknown", ["train", "BASE", "--hardware", "{w}/hw_kind_tpu.yaml"], ["kind 'tpu'"]),
+    ("hardware args a list", ["train", "BASE", "--hardware", "{w}/hw_args_list.yaml"], ["'args'"]),
+    ("hardware file is a list", ["train", "BASE", "--hardware", "{w}/list.yaml"], ["not a mapping"]),
+    ("model dims text", ["plan", "stage=sft", "model_preset={w}/model_dims_text.yaml"], ["dims 'lots'"]),
+    ("model dims zero", ["plan", "stage=sft", "model_preset={w}/model_dims_zero.yaml"], ["dims.hidden=0"]),
+    ("model dims quoted", ["plan", "stage=sft", "model_preset={w}/model_dims_quoted.yaml"], ["dims.hidden='64'"]),
+    ("stage preset extends itself", ["plan", "BASE", "stage={w}/stage_a.yaml"], ["leads back to itself"]),
+    ("YAML alias bomb", ["train", "{w}/bomb.yaml"], ["nested aliases"]),
+    ("YAML alias cycle", ["config", "{w}/cycle.yaml"], ["nested aliases"]),
+    ("run file too large", ["train", "{w}/huge.yaml"], ["larger than"]),
+    ("run file a pipe", ["train", "{w}/pipe.yaml"], ["not a regular file"]),
+    ("run file with a python tag", ["train", "{w}/python_tag.yaml"], ["not valid YAML"]),
+    ("model config.json broken", ["train", "stage=sft", "model_name_or_path={w}/bad_config_model"], ["config.json"]),
+    ("model is a file", ["train", "stage=sft", "model_name_or_path={w}/a_file"], ["no config.json"]),
+    (
+        "dataset JSON broken",
+        ["train", "BASE", "dataset_dir={w}/ds", "dataset=broken", "eval_dataset="],
+        ["broken.json", "line 1"],
+    ),
+    (
+        "dataset file empty",
+        ["train", "BASE", "dataset_dir={w}/ds", "dataset=empty", "eval_dataset="],
+        ["empty.json is empty"],
+    ),
+    ("dataset not UTF-8", ["train", "BASE", "dataset_dir={w}/ds", "dataset=latin1", "eval_dataset="], ["not UTF-8"]),
+    (
+        "preference row without rejected",
+        ["train", "BASE", "stage=dpo", "dataset_dir={w}/ds", "dataset=no_rejected", "eval_dataset="],
+        ["no_rejected.json: row 2 has no 'rejected' column"],
+    ),  # fmt: skip
+    (
+        "dataset rows are text",
+        ["train", "BASE", "dataset_dir={w}/ds", "dataset=strings", "eval_dataset="],
+        ["row 1 is a str"],
+    ),
+    (
+        "dataset is one mapping",
+        ["train", "BASE", "dataset_dir={w}/ds", "dataset=mapping", "eval_dataset="],
+        ["not a list"],
+    ),
+    ("dataset has no rows", ["train", "BASE", "dataset_dir={w}/ds", "dataset=none", "eval_dataset="], ["no examples"]),
+    (
+        "SFT row without output",
+        ["train", "BASE", "dataset_dir={w}/ds", "dataset=no_output", "eval_dataset="],
+        ["row 1 has no 'output' column"],
+    ),  # fmt: skip
+    ("JSON Lines line broken", ["train", "BASE", "dataset_dir={w}/ds", "dataset=lines", "eval_dataset="], ["line 2"]),
+    (
+        "dataset entry not a mapping",
+        ["train", "BASE", "dataset_dir={w}/ds", "dataset=not_a_mapping"],
+        ["not a mapping"],
+    ),
+    ("dataset_info.json a list", ["train", "BASE", "dataset_dir={w}/ds_list"], ["not a mapping"]),
+    ("eval set not listed", ["train", "BASE", "eval_dataset=nope"], ["dataset 'nope'"]),
+    ("SFT on a preference set", ["train", "BASE", "dataset=demo_pref", "eval_dataset="], ["is a preference set"]),
+    (
+        "DPO on a plain set",
+        ["train", "BASE", "stage=dpo", "dataset=demo_sft", "eval_dataset="],
+        ["not a preference set"],
+    ),
+    ("output_dir a dangling link", ["train", "BASE", "output_dir={w}/dangling"], ["link to nothing"]),
+    ("output_dir is a file", ["train", "BASE", "output_dir={w}/a_file"], ["a_file"]),
+    ("resume: a file", ["train", "--resume", "{w}/a_file"], ["not an mpskit run directory"]),
+    ("word without a value", ["train", "BASE", "stage"], ["not key=value"]),
+    ("word without a key", ["train", "BASE", "=4"], ["empty key"]),
+    ("unknown command", ["trian"], ["invalid choice: 'trian'"]),
+    ("compare without --out", ["compare", "{w}/not_a_run"], ["--out"]),
+    pytest.param(
+        "MPS profile on a machine without MPS",
+        ["train", "BASE", "--hardware", "m1-pro-16gb"],
+        ["trains on MPS"],
+        marks=pytest.mark.skipif(platform.system() == "Darwin" and platform.machine() == "arm64", reason="has MPS"),
+    ),
+    pytest.param(
+        "CUDA profile on a machine without a GPU",
+        ["train", "BASE", "--hardware", "cuda-24gb"],
+        ["no NVIDIA GPU"],
+        marks=pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="has nvidia-smi"),
+    ),
     (
         "plan without dims",
         ["plan", "stage=sft", "model_name_or_path=some/model", "--hardware", "cpu"],
@@ -128,10 +332,16 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 25
+    assert len(CASES) >= 90
 
 
-@pytest.mark.parametrize(("words", "needles"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def _param(case) -> object:
+    """A table row as a test: (id, words, needles), or a pytest.param of that with marks."""
+    values, marks = (case.values, case.marks) if hasattr(case, "marks") else (case, ())
+    return pytest.param(*values[1:], id=values[0], marks=marks)
+
+
+@pytest.mark.parametrize(("words", "needles"), [_param(case) for case in CASES])
 def test_bad_input(words, needles, tmp_path, tiny_model):
     work = tmp_path / "work"
     work.mkdir()

@@ -114,7 +114,9 @@ def assert_same(plain, lean) -> None:
         assert lean_metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
     assert lean_grads.keys() == plain_grads.keys() and any(g.abs().sum() > 0 for g in plain_grads.values())
     for name, grad in plain_grads.items():
-        torch.testing.assert_close(lean_grads[name], grad, rtol=1e-4, atol=1e-7, msg=name)
+        # near-zero elements: float32 sums in another order differ by ~1e-7 of the largest gradient
+        atol = 1e-5 * float(grad.abs().max())
+        torch.testing.assert_close(lean_grads[name], grad, rtol=1e-4, atol=atol, msg=name)
 
 
 @pytest.mark.parametrize("foodpo", [None, FooDPOConfig(pref_beta_scale=0.5), FooDPOConfig(0.5, ppl_source="reference")])
