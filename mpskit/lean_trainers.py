@@ -4,7 +4,8 @@ Each trainer overrides the one method that turns the model's output into log-pro
 `compute_loss`, DPO's `concatenated_forward`) and keeps everything else of LLaMA-Factory's: the same
 losses, the same metrics, the same logging. Where the lean path cannot run (an unsupported model,
 a trained output layer, LD-DPO, SFT metrics that need whole logits) that part takes LLaMA-Factory's
-own path and says so once; `report` tells the caller which path ran. Imports torch and LLaMA-Factory.
+own path and says so once; `report` tells the caller which path ran. Both also save and resume
+through resumable.py (checkpoints that appear only when complete). Imports torch and LLaMA-Factory.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from llamafactory.train.trainer_utils import nested_detach
 
 from mpskit.errors import MpskitError
 from mpskit.lean_logits import final_hidden_states, mean_logit_per_position, next_token_logps, output_weight
+from mpskit.resumable import Resumable
 
 CustomDPOTrainer = lf_dpo_trainer.CustomDPOTrainer
 CustomSeq2SeqTrainer = lf_sft_workflow.CustomSeq2SeqTrainer
@@ -56,7 +58,7 @@ class LeanPath:
             self.report["training"] = "plain"
 
 
-class LeanSFTTrainer(CustomSeq2SeqTrainer):
+class LeanSFTTrainer(Resumable, CustomSeq2SeqTrainer):
     """SFT's loss (transformers' token-mean cross-entropy) from the lean log-probabilities."""
 
     def __init__(self, *args, lean: LeanPath, **kwargs):
@@ -91,7 +93,7 @@ class LeanSFTTrainer(CustomSeq2SeqTrainer):
         return (loss, {"loss": loss}) if return_outputs else loss
 
 
-class LeanDPOTrainer(CustomDPOTrainer):
+class LeanDPOTrainer(Resumable, CustomDPOTrainer):
     """DPO's policy and reference log-probabilities (and the mean-logit metrics) from the lean path."""
 
     def __init__(self, *args, lean: LeanPath, **kwargs):

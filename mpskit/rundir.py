@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,23 +99,46 @@ def incomplete_reason(checkpoint: Path) -> str | None:
         json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return "no readable trainer_state.json (killed while saving?)"
-    if not any((checkpoint / name).is_file() for name in WEIGHT_FILES):
+    weights = [checkpoint / name for name in WEIGHT_FILES if (checkpoint / name).is_file()]
+    if not weights:
         return "no weights"
+    if weights[0].suffix == ".safetensors" and not _safetensors_whole(weights[0]):
+        return f"{weights[0].name} is cut short"
+    if not zipfile.is_zipfile(checkpoint / "optimizer.pt"):  # torch.save writes a zip archive
+        return "no readable optimizer.pt"
     return None
 
 
+def _safetensors_whole(path: Path) -> bool:
+    """The file is as long as its header says (8-byte length, JSON header, then the tensors)."""
+    try:
+        with path.open("rb") as file:
+            length = int.from_bytes(file.read(8), "little")
+            header = json.loads(file.read(length))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        return path.stat().st_size >= 8 + length + end
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def set_aside(checkpoint: Path, label: str) -> Path:
+    """Rename checkpoint-N to checkpoint-N.<label>: kept, but out of LLaMA-Factory's (and
+    transformers') own search for the last checkpoint, which matches only checkpoint-N."""
+    aside, tries = checkpoint.with_name(f"{checkpoint.name}.{label}"), 1
+    while aside.exists():
+        tries += 1
+        aside = checkpoint.with_name(f"{checkpoint.name}.{label}-{tries}")
+    checkpoint.rename(aside)
+    return aside
+
+
 def last_checkpoint(run_dir: Path) -> Path | None:
-    """The newest checkpoint a run can resume from. Newer, incomplete ones are renamed
-    checkpoint-N.incomplete (kept, but out of LLaMA-Factory's own search for the last checkpoint)."""
+    """The newest checkpoint a run can resume from. Newer, incomplete ones are set aside."""
     for checkpoint in reversed(checkpoints(run_dir)):
         why = incomplete_reason(checkpoint)
         if why is None:
             return checkpoint
-        aside, tries = checkpoint.with_name(f"{checkpoint.name}.incomplete"), 1
-        while aside.exists():
-            tries += 1
-            aside = checkpoint.with_name(f"{checkpoint.name}.incomplete-{tries}")
-        checkpoint.rename(aside)
+        aside = set_aside(checkpoint, "incomplete")
         print(f"mpskit: skipped {checkpoint.name}: {why}; kept as {aside.name}", file=sys.stderr)
     return None
 

@@ -1,0 +1,80 @@
+"""What makes a run resume exactly, as a mixin for mpskit's trainers (lean_trainers.py).
+
+- A checkpoint appears only when it is complete: transformers writes `checkpoint-N` in place, file by
+  file, so a kill or a full disk mid-save leaves a folder that looks like a checkpoint and is not.
+  Here it is written under `.saving/` and renamed into the run folder when every file is there (a
+  rename within one filesystem is atomic), so `checkpoint-*` only ever names finished saves.
+- `train_loss` after a resume is the mean over the whole run: transformers sums only the losses of
+  the steps this process ran and divides by every step, so a resumed run reported a loss too low.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import weakref
+from pathlib import Path
+
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from mpskit.rundir import set_aside
+
+STAGING = ".saving"
+
+
+def logged_loss_sum(log_history: list[dict], up_to_step: int) -> float:
+    """The sum of the per-step training losses up to a step, from the logged interval means.
+    Steps after the last log before that step (saved, never logged) count at the mean logged loss."""
+    total, last_step = 0.0, 0
+    for row in log_history:
+        if "loss" in row and row.get("step", 0) <= up_to_step:
+            total += row["loss"] * (row["step"] - last_step)
+            last_step = row["step"]
+    return total + (total / last_step) * (up_to_step - last_step) if last_step else 0.0
+
+
+class _SeedLossSum(TrainerCallback):
+    """Runs right after transformers zeroes its loss sum; on a resume, puts the earlier steps back."""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = weakref.ref(trainer)  # no cycle: a failed trainer is freed as soon as it is dropped
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step > 0:
+            self.trainer()._total_loss_scalar = logged_loss_sum(state.log_history, state.global_step)
+        return control
+
+
+class Resumable:
+    """Mix in before a transformers Trainer subclass."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_callback(_SeedLossSum(self))
+
+    def _save_checkpoint(self, model, trial) -> None:
+        run_dir = Path(self._get_output_dir(trial=trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        self._get_output_dir = lambda trial=None: str(run_dir / STAGING)  # this call only
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            del self._get_output_dir
+        self.accelerator.wait_for_everyone()  # every process has written its part (RNG states)
+        if self.args.should_save:
+            if (run_dir / name).exists():
+                set_aside(run_dir / name, "replaced")
+            os.replace(run_dir / STAGING / name, run_dir / name)
+            with contextlib.suppress(OSError):  # empty now, unless an earlier save was cut off
+                (run_dir / STAGING).rmdir()
+            best = self.state.best_model_checkpoint
+            if best and Path(best).parent.name == STAGING:
+                self.state.best_model_checkpoint = str(run_dir / Path(best).name)
+            rotate_checkpoints(
+                output_dir=str(run_dir),
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
+        self.accelerator.wait_for_everyone()
