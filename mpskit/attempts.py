@@ -8,6 +8,7 @@ step boundary and stop with the resume command. Every attempt is recorded in mps
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -15,13 +16,15 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from mpskit import lf
 from mpskit.errors import Interrupted, MpskitError
 from mpskit.knobs import LADDER, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.launch import inside_launch, rank
 from mpskit.oom import OutOfMemory, recognise
-from mpskit.rundir import RunRecord, last_checkpoint, read_log, read_record, update_record
+from mpskit.rundir import RunRecord, checkpoints, last_checkpoint, read_log, read_record, set_aside, update_record
+from mpskit.signals import SignalGuard, Stopped
 
 MAX_ATTEMPTS = 4
 
@@ -46,6 +49,8 @@ def _record_attempt(run_dir: Path, attempt: dict, measured: dict, samples: list)
 
     def change(record: RunRecord) -> None:
         record.attempts.append({**attempt, "measured": measured})
+        if not measured:
+            return
         memory = record.memory
         memory["measured"] = measured
         predicted = memory.get("predicted", {}).get("training_gb")
@@ -53,7 +58,13 @@ def _record_attempt(run_dir: Path, attempt: dict, measured: dict, samples: list)
             memory["error"] = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
 
     memory = update_record(run_dir, change).memory
-    plot_memory(run_dir, samples, measured, memory.get("predicted", {}).get("training_gb"), memory.get("budget_gb"))
+    if measured:
+        plot_memory(run_dir, samples, measured, memory.get("predicted", {}).get("training_gb"), memory.get("budget_gb"))
+
+
+def _measured(monitor) -> tuple[dict, list]:
+    """The monitor's figures and samples; none when the attempt stopped before it started."""
+    return (monitor.stop(), monitor.samples) if monitor else ({}, [])
 
 
 def _free_device_memory(device: str) -> None:
@@ -71,10 +82,6 @@ def _oom_block(oom: OutOfMemory, predicted_gb: float | None, attempt: int, step:
 
 def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpoint: Path | None = None) -> Path:
     """Train until finished, out of rungs, or stopped by a signal (then raises Interrupted)."""
-    from mpskit.callbacks import StopOnDivergence, StopOnSignal, fake_out_of_memory
-    from mpskit.monitor import MemoryMonitor
-
-    lf.import_engine()
     effective = effective_batch(args)
     first = len(read_record(run_dir).attempts) + 1
     attempt = first - 1
@@ -87,41 +94,82 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
             "knobs": to_args(before, effective),
             "resumed_from": checkpoint.name if checkpoint else None,
         }
-        monitor, stopper = MemoryMonitor(device), StopOnSignal()  # monitor after the imports: baseline
-        callbacks = [monitor, stopper, StopOnDivergence(), *(fake_out_of_memory() if attempt == first == 1 else [])]
+        guard, monitor = SignalGuard(), None
         try:
-            logits_path = lf.run(attempt_args, callbacks=callbacks)
+            with guard:
+                lf.import_engine()  # torch, transformers, LLaMA-Factory: slow the first time
+                from mpskit.callbacks import StopOnDivergence, StopOnSignal, fake_faults
+                from mpskit.monitor import MemoryMonitor
+
+                monitor = MemoryMonitor(device)  # after the imports: its baseline
+                faults = fake_faults() if attempt == first == 1 else []
+                callbacks = [monitor, StopOnSignal(guard), StopOnDivergence(), *faults]
+                logits_path = lf.run(attempt_args, callbacks=callbacks)
+        except Stopped as stop:
+            outcome = f"stopped by {stop.signal_name} {stop.when}"
+            _record_attempt(run_dir, {**entry, "outcome": outcome}, *_measured(monitor))
+            raise Interrupted(run_dir, last_checkpoint(run_dir)) from None
         except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
             oom = recognise(err)
             if oom is None:
-                what = err.problem if isinstance(err, MpskitError) else type(err).__name__
-                _record_attempt(run_dir, {**entry, "outcome": f"error: {what}"}, monitor.stop(), [])
-                raise
-            del err
-            _free_device_memory(device)
+                _fail(run_dir, entry, err, _measured(monitor)[0])
         else:
-            outcome = f"stopped by {stopper.signal_name}" if stopper.signal_name else "finished"
+            outcome = f"stopped by {guard.signal_name}" if guard.signal_name else "finished"
             entry.update(outcome=outcome, lean_logits=logits_path)
-            _record_attempt(run_dir, entry, monitor.stop(), monitor.samples)
-            if stopper.signal_name:
+            _record_attempt(run_dir, entry, *_measured(monitor))
+            if guard.signal_name:
                 raise Interrupted(run_dir, last_checkpoint(run_dir))
             return run_dir
 
+        _free_device_memory(device)  # out of the except block: the failed attempt's frames are gone
         predicted = read_record(run_dir).memory.get("predicted", {})
         print(_oom_block(oom, predicted.get("training_gb"), attempt, _step_reached(run_dir)), file=sys.stderr)
         rung = next_rung(before, effective, ladder.free, ladder.cutoff_floor)
         entry.update(outcome="out of memory", device_figures=vars(oom), next_rung=rung[1] if rung else None)
-        _record_attempt(run_dir, entry, monitor.stop(), monitor.samples)
+        _record_attempt(run_dir, entry, *_measured(monitor))
         if rung is None or attempt == first + MAX_ATTEMPTS - 1:
             raise MpskitError(
                 f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
                 f"run with less memory: {_command_that_fits(run_dir, args, effective)}",
             )
         args = {**args, **to_args(rung[0], effective)}
-        # a checkpoint holds the adapter's weights: a new rank cannot resume from it
-        checkpoint = last_checkpoint(run_dir) if rung[0].lora_rank == before.lora_rank else None
+        checkpoint = last_checkpoint(run_dir)
+        if rung[0].lora_rank != before.lora_rank:
+            # a checkpoint holds the adapter's weights: a new rank cannot resume from them, and
+            # LLaMA-Factory would pick the newest one up from output_dir by itself
+            for old in checkpoints(run_dir):
+                set_aside(old, f"rank-{before.lora_rank}")
+            checkpoint = None
         where = f"resuming from {checkpoint.name}" if checkpoint else "restarting from step 0"
         print(f"mpskit: next rung: {rung[1]}; {where}", file=sys.stderr)
+
+
+def _fail(run_dir: Path, entry: dict, err: Exception, measured: dict) -> NoReturn:
+    """Record a failed attempt and raise: a full disk as one line with the resume command, anything
+    else as it is."""
+    full = disk_full(err)
+    what = "disk full" if full else err.problem if isinstance(err, MpskitError) else type(err).__name__
+    try:
+        _record_attempt(run_dir, {**entry, "outcome": f"error: {what}"}, measured, [])
+    except OSError:
+        if not full:  # a full disk may not even take the record
+            raise
+    if not full:
+        raise err
+    newest = last_checkpoint(run_dir)
+    raise MpskitError(
+        f"the disk under {run_dir} is full ({_step_reached(run_dir)}); the newest complete checkpoint is "
+        f"{newest.name if newest else 'none'}",
+        f"free some space, then: mpskit train --resume {run_dir}",
+    ) from err
+
+
+def disk_full(err: BaseException) -> bool:
+    """ENOSPC as Python raises it, or as torch.save and safetensors report it in their own errors."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    text = str(err)
+    return any(sign in text for sign in ("No space left on device", "code: 28", "file write failed"))
 
 
 def _step_reached(run_dir: Path) -> str:

@@ -1,50 +1,43 @@
-"""TrainerCallbacks for clean stops: Ctrl-C / SIGTERM at a step boundary, a stop at the first
-non-finite loss or weight, and the test-only synthetic out-of-memory error."""
+"""TrainerCallbacks for clean stops: Ctrl-C / SIGTERM at a step boundary (signals.py), a stop at the
+first non-finite loss or weight, and the test-only faults (out of memory, a full disk)."""
 
 from __future__ import annotations
 
+import errno
 import math
 import os
-import signal
-import sys
 
 import torch
 from transformers import TrainerCallback
 
 from mpskit.errors import MpskitError
 from mpskit.oom import synthetic_error
+from mpskit.signals import SignalGuard
 
 FAKE_OOM_VARIABLE = "MPSKIT_FAKE_OOM_AT_STEP"
+FAKE_FULL_DISK_VARIABLE = "MPSKIT_FAKE_FULL_DISK_AT_STEP"
 
 
 class StopOnSignal(TrainerCallback):
-    """The first SIGINT or SIGTERM saves a checkpoint at the end of the current step and stops; a
-    second SIGINT aborts at once (the default handler is back by then)."""
+    """Carries a SignalGuard's state to the trainer: the phase it is in, and a stop with a checkpoint
+    at the end of the step in which the first signal came (see signals.py)."""
 
-    def __init__(self) -> None:
-        self.signal_name: str | None = None
-        self._previous: dict[int, object] = {}
-
-    def _handle(self, signum, frame) -> None:
-        self.signal_name = signal.Signals(signum).name
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
-        print(f"\nmpskit: {self.signal_name}: saving a checkpoint at the end of this step", file=sys.stderr)
+    def __init__(self, guard: SignalGuard) -> None:
+        self.guard = guard
 
     def on_train_begin(self, args, state, control, **kwargs):
-        for number in (signal.SIGINT, signal.SIGTERM):
-            self._previous[number] = signal.signal(number, self._handle)
+        self.guard.phase = "training"
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.signal_name:
+        if self.guard.signal_name:
             control.should_save = True
             control.should_training_stop = True
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
+        if not self.guard.signal_name:
+            self.guard.phase = "after the last step, while saving the results"
         return control
 
 
@@ -91,6 +84,25 @@ class FakeOutOfMemory(TrainerCallback):
         return control
 
 
-def fake_out_of_memory() -> list[TrainerCallback]:
-    step = os.environ.get(FAKE_OOM_VARIABLE)
-    return [FakeOutOfMemory(int(step))] if step else []
+class FakeFullDisk(TrainerCallback):
+    """Test-only: MPSKIT_FAKE_FULL_DISK_AT_STEP=N cuts the checkpoint save of step N short the way a
+    full disk does (a partial file in .saving/, then ENOSPC), so the stop and the resume after it can
+    be tested without filling a real disk."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            partial = os.path.join(args.output_dir, ".saving", f"checkpoint-{self.step}")
+            os.makedirs(partial, exist_ok=True)
+            with open(os.path.join(partial, "adapter_model.safetensors"), "wb") as file:
+                file.write(b"\0" * 64)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), partial)
+        return control
+
+
+def fake_faults() -> list[TrainerCallback]:
+    """The test-only faults the environment asks for (first attempt of a run only)."""
+    oom, disk = os.environ.get(FAKE_OOM_VARIABLE), os.environ.get(FAKE_FULL_DISK_VARIABLE)
+    return [*([FakeOutOfMemory(int(oom))] if oom else []), *([FakeFullDisk(int(disk))] if disk else [])]

@@ -231,8 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mpskit: error: {err}", file=sys.stderr)
         return 2
     except Interrupted as stop:
-        where = f" at {stop.checkpoint.name}" if stop.checkpoint else ""
-        print(f"mpskit: stopped{where}; resume with: mpskit train --resume {stop.run_dir}", file=sys.stderr)
+        if stop.checkpoint:
+            where = f"stopped; the newest complete checkpoint is {stop.checkpoint.name}; resume with"
+        else:
+            where = "stopped before any checkpoint was saved; start it again with"
+        print(f"mpskit: {where}: mpskit train --resume {stop.run_dir}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
         print("mpskit: interrupted", file=sys.stderr)

@@ -11,7 +11,8 @@ class MpskitError(Exception):
 
 
 class Interrupted(Exception):
-    """Training stopped by a signal after saving a checkpoint; the CLI prints the resume command."""
+    """Training stopped by a signal (after saving a checkpoint, when it could); the CLI prints the
+    resume command."""
 
     def __init__(self, run_dir, checkpoint):
         super().__init__(f"interrupted: {run_dir}")

@@ -139,8 +139,9 @@ def _launch(run_dir: Path, processes: tuple[int, int]) -> Path:
 
 
 def resume(run_dir: str | Path | None = None) -> Path:
-    """Continue a stopped, killed or failed run from its last checkpoint, with its own settings. A
-    run that finished is left as it is: resuming it would train past its end and rewrite its results."""
+    """Continue a stopped, killed or failed run from its newest complete checkpoint (from step 0 when it
+    has none), with its own settings. A run that finished is left as it is: resuming it would train
+    past its end and rewrite its results."""
     run_dir = Path(run_dir).resolve() if run_dir else latest_run_dir()
     try:
         attempts = read_record(run_dir).attempts if is_run_dir(run_dir) else []
@@ -149,18 +150,19 @@ def resume(run_dir: str | Path | None = None) -> Path:
     if attempts and attempts[-1].get("outcome") == "finished":
         print(f"mpskit: {run_dir} already finished (attempt {len(attempts)}); nothing to resume", file=sys.stderr)
         return run_dir
-    return continue_run(run_dir, need_checkpoint=True)
+    return continue_run(run_dir)
 
 
-def continue_run(run_dir: Path, need_checkpoint: bool = False) -> Path:
-    """Train a written run directory in this process (from its last checkpoint, if any), or launch
-    its processes through torchrun when it has several and this is not one of them."""
+def continue_run(run_dir: Path) -> Path:
+    """Train a written run directory in this process (from its newest complete checkpoint, or from
+    step 0 when it has none), or launch its processes through torchrun when it has several and this
+    is not one of them."""
     if not is_run_dir(run_dir):
         raise MpskitError(f"{run_dir} is not an mpskit run directory", "give a folder that holds mpskit.json")
-    checkpoint = last_checkpoint(run_dir)
-    if checkpoint is None and need_checkpoint:
-        raise MpskitError(f"{run_dir} has no checkpoint to resume from", "start the run again (see mpskit.json)")
     record = read_record(run_dir)
+    checkpoint = last_checkpoint(run_dir)
+    if checkpoint is None and record.attempts and not inside_launch():
+        print(f"mpskit: {run_dir} has no complete checkpoint; training it again from step 0", file=sys.stderr)
     processes = tuple(record.processes)
     if processes != (1, 1) and not inside_launch():
         return _launch(run_dir, processes)

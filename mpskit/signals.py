@@ -1,0 +1,50 @@
+"""SIGINT and SIGTERM during one training attempt. No torch import: the guard is in place before
+torch, transformers and LLaMA-Factory load, so a signal at any moment ends with a record.
+
+While training, the first signal asks for a checkpoint at the end of the current step and a stop
+(callbacks.StopOnSignal carries that to the trainer). Before training begins (the imports, the model
+loading: nothing to save), after it, or a second time, the signal stops the attempt at once by
+raising Stopped; a save it cuts off stays in .saving/ and is never taken for a checkpoint.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+class Stopped(BaseException):
+    """A signal that stops the attempt at once. A BaseException, like KeyboardInterrupt, so that no
+    `except Exception` in the libraries swallows it."""
+
+    def __init__(self, signal_name: str, when: str) -> None:
+        super().__init__(f"{signal_name} {when}")
+        self.signal_name = signal_name
+        self.when = when
+
+
+class SignalGuard:
+    """A context manager for one attempt; `phase` is set by the trainer's callbacks."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self.phase = "before training began"
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> SignalGuard:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.phase != "training":
+            raise Stopped(name, self.phase)
+        if self.signal_name:
+            raise Stopped(name, "a second time, while stopping")
+        self.signal_name = name
+        print(f"\nmpskit: {name}: saving a checkpoint at the end of this step (again: stop at once)", file=sys.stderr)
