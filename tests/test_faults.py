@@ -1,0 +1,181 @@
+"""Faults during real (tiny) training runs: a full disk, signals while loading and twice in a row, a
+model that trains to NaN, and every rung of the out-of-memory ladder for every stage. Each ends with
+a record in mpskit.json and, where there is something to resume, a run that --resume finishes."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_mpskit
+
+from mpskit.rundir import checkpoints, incomplete_reason
+
+pytestmark = pytest.mark.e2e
+SHORT = ["template=qwen", f"dataset_dir={ROOT / 'data'}", "cutoff_len=128", "learning_rate=5e-3", "max_steps=8",
+         "save_steps=2", "logging_steps=1", "eval_dataset=", "eval_strategy=no"]  # fmt: skip
+STAGE_DATA = {"sft": ["dataset=demo_sft"], "dpo": ["dataset=demo_pref"], "foodpo": ["dataset=demo_pref"]}
+
+
+def run_dir_of(tmp_path: Path, name: str) -> Path:
+    return (tmp_path / "output" / name / "latest").resolve()
+
+
+def record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "mpskit.json").read_text())
+
+
+def results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "all_results.json").read_text())
+
+
+def error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if "mpskit: error:" in line]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    return lines[0]
+
+
+def test_full_disk_stops_keeps_the_last_checkpoint_and_resume_finishes_the_same_run(tmp_path, tiny_model):
+    words = ["train", "stage=sft", f"model_name_or_path={tiny_model}", *SHORT]
+    whole = run_mpskit(*words, "run_name=whole", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+
+    full = run_mpskit(*words, "run_name=full", cwd=tmp_path, env={"MPSKIT_FAKE_FULL_DISK_AT_STEP": "6"})
+    run_dir = run_dir_of(tmp_path, "full")
+    assert full.returncode == 2
+    line = error_line(full.stderr)
+    assert (
+        "is full" in line
+        and "checkpoint-4" in line
+        and f"mpskit train --resume {run_dir.relative_to(tmp_path)}" in line
+    )
+    assert [p.name for p in checkpoints(run_dir)] == ["checkpoint-2", "checkpoint-4"]  # the cut save never appears
+    assert (run_dir / ".saving" / "checkpoint-6").is_dir()
+    assert record(run_dir)["attempts"][-1]["outcome"] == "error: disk full"
+
+    resumed = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    attempts = record(run_dir)["attempts"]
+    assert attempts[-1]["outcome"] == "finished" and attempts[-1]["resumed_from"] == "checkpoint-4"
+    assert [p.name for p in checkpoints(run_dir)] == [f"checkpoint-{n}" for n in (2, 4, 6, 8)]
+    assert all(incomplete_reason(p) is None for p in checkpoints(run_dir)) and not (run_dir / ".saving").exists()
+    # the mean over all 8 steps, as in the uninterrupted run (not the resumed steps over all 8)
+    assert results(run_dir)["train_loss"] == pytest.approx(
+        results(run_dir_of(tmp_path, "whole"))["train_loss"], rel=1e-4
+    )
+
+
+def start(tmp_path: Path, tiny_model: Path, name: str, steps: int) -> subprocess.Popen:
+    command = [sys.executable, "-m", "mpskit.cli", "train", "stage=sft", f"model_name_or_path={tiny_model}", *SHORT,
+               f"max_steps={steps}", f"run_name={name}"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def wait_for(condition, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_sigterm_while_the_model_loads_ends_with_a_record_and_resume_starts_it_again(tmp_path, tiny_model):
+    child = start(tmp_path, tiny_model, "early", steps=4)
+    wait_for(lambda: (tmp_path / "output" / "early" / "latest" / "mpskit.json").is_file())
+    child.send_signal(signal.SIGTERM)  # the run folder is written; torch and the model are still loading
+    _, stderr = child.communicate(timeout=300)
+    assert child.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "stopped before any checkpoint was saved" in stderr.splitlines()[-1]
+    run_dir = run_dir_of(tmp_path, "early")
+    assert record(run_dir)["attempts"][-1]["outcome"] == "stopped by SIGTERM before training began"
+    assert not checkpoints(run_dir)
+    resumed = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0 and "training it again from step 0" in resumed.stderr, resumed.stderr[-3000:]
+    attempts = record(run_dir)["attempts"]
+    assert attempts[-1]["outcome"] == "finished" and attempts[-1]["resumed_from"] is None
+
+
+def test_two_sigterms_stop_at_once_and_keep_the_last_complete_checkpoint(tmp_path, tiny_model):
+    child = start(tmp_path, tiny_model, "twice", steps=200)
+    log = tmp_path / "output" / "twice" / "latest" / "trainer_log.jsonl"
+    wait_for(lambda: log.is_file() and len(log.read_text().splitlines()) >= 5)
+    child.send_signal(signal.SIGTERM)
+    child.send_signal(signal.SIGTERM)
+    _, stderr = child.communicate(timeout=300)
+    assert child.returncode == 130, stderr[-3000:]
+    run_dir = run_dir_of(tmp_path, "twice")
+    assert "Traceback" not in stderr and "the newest complete checkpoint is checkpoint-" in stderr.splitlines()[-1]
+    assert record(run_dir)["attempts"][-1]["outcome"].startswith("stopped by SIGTERM")
+    assert checkpoints(run_dir) and all(incomplete_reason(p) is None for p in checkpoints(run_dir))
+
+
+def nan_model(tiny_model: Path, out: Path) -> Path:
+    """The tiny model with one NaN in its final norm: every loss is NaN from the first step."""
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir()
+    for path in tiny_model.iterdir():
+        (out / path.name).write_bytes(path.read_bytes())
+    weights = out / "model.safetensors"
+    tensors = load_file(weights)
+    tensors["model.norm.weight"][0] = math.nan
+    save_file(tensors, weights, metadata={"format": "pt"})
+    return out
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo"])
+def test_a_run_that_trains_to_nan_stops_there_and_is_not_a_success(tmp_path, tiny_model, stage):
+    model = nan_model(tiny_model, tmp_path / "nan-model")
+    result = run_mpskit("train", f"stage={stage}", f"model_name_or_path={model}", *SHORT, *STAGE_DATA[stage],
+                        "run_name=nan", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2
+    assert "training diverged at step 1" in error_line(result.stderr)
+    run_dir = run_dir_of(tmp_path, "nan")
+    assert record(run_dir)["attempts"][-1]["outcome"].startswith("error: training diverged at step 1")
+    assert not checkpoints(run_dir) and not (run_dir / "all_results.json").exists()
+
+
+# Each rung alone: the knobs that would take an earlier rung are pinned, the rung's own is free.
+RUNGS = {
+    "checkpointing": ["per_device_train_batch_size=2", "gradient_accumulation_steps=2", "lora_rank=8"],
+    "batch": ["disable_gradient_checkpointing=false", "lora_rank=8"],
+    "lora_rank": ["disable_gradient_checkpointing=false", "per_device_train_batch_size=1",
+                  "gradient_accumulation_steps=4"],
+    "cutoff_len": ["disable_gradient_checkpointing=false", "per_device_train_batch_size=1",
+                   "gradient_accumulation_steps=4", "lora_rank=8", "min_cutoff_len=64"],
+}  # fmt: skip
+MOVES = {
+    "checkpointing": {"disable_gradient_checkpointing"},
+    "batch": {"per_device_train_batch_size", "gradient_accumulation_steps"},
+    "lora_rank": {"lora_rank"},
+    "cutoff_len": {"cutoff_len"},
+}
+
+
+@pytest.mark.parametrize("rung", list(RUNGS))
+@pytest.mark.parametrize("stage", list(STAGE_DATA))
+def test_every_rung_of_the_ladder_ends_in_a_finished_run(tmp_path, tiny_model, stage, rung):
+    words = [f"stage={stage}", f"model_name_or_path={tiny_model}", *[w for w in SHORT if "cutoff_len" not in w]]
+    words += [*STAGE_DATA[stage], "max_steps=4", *RUNGS[rung], *([] if rung == "cutoff_len" else ["cutoff_len=128"])]
+    result = run_mpskit("train", *words, "run_name=ladder", cwd=tmp_path, env={"MPSKIT_FAKE_OOM_AT_STEP": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = run_dir_of(tmp_path, "ladder")
+    first, second = record(run_dir)["attempts"]
+    assert first["outcome"] == "out of memory" and second["outcome"] == "finished"
+    moved = {key for key, value in second["knobs"].items() if first["knobs"][key] != value}
+    assert moved == MOVES[rung], (first["knobs"], second["knobs"])
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    assert all(math.isfinite(row["loss"]) for row in state["log_history"] if "loss" in row)
+    if rung == "lora_rank":  # a new adapter: restarted from step 0, the old rank's checkpoint kept aside
+        assert second["resumed_from"] is None and (run_dir / "checkpoint-2.rank-8").is_dir()
+        assert json.loads((run_dir / "adapter_config.json").read_text())["r"] == 4
+    else:
+        assert second["resumed_from"] == "checkpoint-2"
