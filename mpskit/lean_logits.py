@@ -45,6 +45,7 @@ class _ChunkedTokenLogps(torch.autograd.Function):
                 softmax = log_softmax.exp_()
                 softmax.scatter_add_(1, target, torch.full_like(target, -1, dtype=softmax.dtype))
                 grad[start:end] = softmax.to(weight.dtype) @ weight  # softmax - one-hot, times W: -d logp / dh
+                del softmax  # the same tensor as log_softmax: kept, it would make three chunks live
             del log_softmax
         ctx.save_for_backward(grad)
         return logps
