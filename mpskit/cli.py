@@ -10,7 +10,8 @@ from pathlib import Path
 from mpskit.errors import Interrupted, MpskitError
 
 USAGE_RUN = (
-    "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] [-o FILE] [--json]\n"
+    "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] "
+    "[-o FILE [--force]] [--json]\n"
     "mpskit train --resume [RUN_DIR]   continue a stopped or killed run from its last checkpoint\n"
     "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
     "  model_preset (configs/models), hardware (configs/hardware), device (auto|mps|cuda|cpu), run_name,\n"
@@ -84,7 +85,10 @@ def cmd_config(words: list[str]) -> int:
     from mpskit.checks import prepare
     from mpskit.rundir import new_run_dir
 
-    run, output = _resolve_from_words(words)
+    force = "--force" in words
+    run, output = _resolve_from_words([word for word in words if word != "--force"])
+    if output and (Path(output).exists() or Path(output).is_symlink()) and not force:
+        raise MpskitError(f"{output} already exists", "give -o a new file, or add --force to replace it")
     run, _ = prepare(run)
     lf.check_keys(run.args)
     args = dict(run.args)

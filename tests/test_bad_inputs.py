@@ -300,6 +300,7 @@ CASES = [
     ("output_dir a dangling link", ["train", "BASE", "output_dir={w}/dangling"], ["link to nothing"]),
     ("output_dir is a file", ["train", "BASE", "output_dir={w}/a_file"], ["a_file"]),
     ("resume: a file", ["train", "--resume", "{w}/a_file"], ["not an mpskit run directory"]),
+    ("config over an existing file", ["config", "BASE", "-o", "{w}/a_file"], ["a_file already exists", "--force"]),
     ("word without a value", ["train", "BASE", "stage"], ["not key=value"]),
     ("word without a key", ["train", "BASE", "=4"], ["empty key"]),
     ("unknown command", ["trian"], ["invalid choice: 'trian'"]),

@@ -73,3 +73,6 @@ def test_config_writes_a_file(tiny_model, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "stage: dpo" in out.read_text()
     assert ROOT.as_posix() in out.read_text()  # dataset_dir made absolute
+    words = ["config", "stage=sft", f"model_name_or_path={tiny_model}", "template=qwen", "-o", str(out)]
+    assert run_mpskit(*words).returncode == 2 and "stage: dpo" in out.read_text()  # never replaced unasked
+    assert run_mpskit(*words, "--force").returncode == 0 and "stage: sft" in out.read_text()
