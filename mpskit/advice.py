@@ -24,14 +24,15 @@ ADVICE_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "cu
 
 
 def model_dims(run_dims: dict, model_path: str) -> ModelDims:
-    """Dims from the model preset, else from a local model's config.json."""
+    """Dims from a local model's own config.json (it is the model that trains, whatever preset named
+    another), else from the model preset (a hub id not downloaded yet)."""
     try:
-        if run_dims:
-            return dims_from_mapping(run_dims)
         config = Path(str(model_path)).expanduser() / "config.json"
         if config.is_file():
             data = json.loads(config.read_text(encoding="utf-8"))
             return dims_from_mapping(data.get("text_config", data))
+        if run_dims:
+            return dims_from_mapping(run_dims)
     except (ValueError, json.JSONDecodeError) as err:
         raise MpskitError(f"cannot read the model's dimensions: {err}", "add dims: to the model preset") from err
     raise MpskitError(

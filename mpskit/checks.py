@@ -17,9 +17,10 @@ from mpskit.errors import MpskitError, warn
 from mpskit.foodpo import split_foodpo_args
 from mpskit.hardware import nvidia_gpus
 from mpskit.knobs import from_args
-from mpskit.memory import GB, checkpoint_bytes, dims_from_mapping, trainable_params
+from mpskit.memory import GB, checkpoint_bytes, trainable_params
 from mpskit.planner import Plan
 from mpskit.resolve import ResolvedRun
+from mpskit.rundir import incomplete_reason
 
 
 def prepare(run: ResolvedRun) -> tuple[ResolvedRun, Plan | None]:
@@ -28,6 +29,7 @@ def prepare(run: ResolvedRun) -> tuple[ResolvedRun, Plan | None]:
     refused when nothing fits."""
     check_model(str(run.args["model_name_or_path"]))
     check_datasets(run.args)
+    check_resume_from(run.args.get("resume_from_checkpoint"))
     if run.stage == "foodpo":
         split_foodpo_args(run.args)  # fail on bad fooDPO settings before anything loads
     try:
@@ -80,6 +82,18 @@ def _hub_reachable(model: str) -> bool:
         return False
 
 
+def check_resume_from(checkpoint: str | None) -> None:
+    """A `resume_from_checkpoint` the user gives is a complete checkpoint folder."""
+    if not checkpoint:
+        return
+    path = Path(str(checkpoint)).expanduser()
+    why = incomplete_reason(path) if path.is_dir() else "not a folder"
+    if why:
+        raise MpskitError(
+            f"resume_from_checkpoint {path}: {why}", "give a complete checkpoint-N folder, or leave it out"
+        )
+
+
 def check_device(run: ResolvedRun) -> None:
     """The profile's device is on this machine: an MPS run needs a Mac with Apple silicon, a CUDA run an
     NVIDIA GPU (`mpskit plan` and `config` may name any profile; `train` runs here)."""
@@ -102,9 +116,11 @@ def check_disk(run: ResolvedRun, root: str | Path = "output") -> None:
     existing = next(p for p in (target, *target.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK):
         raise MpskitError(f"cannot create the run directory under {existing}", "set output_dir to a writable folder")
-    if not run.model_dims:
-        return
-    dims, knobs = dims_from_mapping(run.model_dims), from_args(run.args)
+    try:
+        dims = advice.model_dims(run.model_dims, str(run.args["model_name_or_path"]))
+    except MpskitError:
+        return  # unknown dims: `prepare` has said so
+    knobs = from_args(run.args)
     # two checkpoints, the final weights, logs
     need = 2 * checkpoint_bytes(dims, knobs) + trainable_params(dims, knobs) * 4 + 100 * 1024**2
     free = shutil.disk_usage(existing).free

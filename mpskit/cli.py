@@ -7,7 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from mpskit import __version__
 from mpskit.errors import Interrupted, MpskitError
+
+NOTHING_FITS = 3  # `mpskit plan`: the report is printed, and no setting fits
 
 USAGE_RUN = (
     "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] "
@@ -102,7 +105,8 @@ def cmd_config(words: list[str]) -> int:
 
 
 def cmd_plan(words: list[str]) -> int:
-    """The memory plan for a run; no torch import, so it answers at once."""
+    """The memory plan for a run; no torch import, so it answers at once. Exit code 3 when no
+    setting fits, so scripts can tell."""
     from mpskit.advice import plan_run
     from mpskit.plan_report import plan_as_dict, plan_lines
 
@@ -113,7 +117,7 @@ def cmd_plan(words: list[str]) -> int:
         print(json.dumps(plan_as_dict(run, memory_plan), indent=2))
     else:
         print("\n".join(plan_lines(run, memory_plan)))
-    return 0
+    return 0 if memory_plan.fits else NOTHING_FITS
 
 
 def cmd_train(words: list[str]) -> int:
@@ -179,6 +183,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mpskit", description="LLM fine-tuning that fits: SFT, DPO, fooDPO.")
+    parser.add_argument("--version", action="version", version=f"mpskit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (
         ("detect", "describe this machine (or a --hardware profile)"),

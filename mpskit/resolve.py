@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mpskit.errors import MpskitError
+from mpskit.errors import MpskitError, warn
 from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
 from mpskit.knobs import PLANNER_KEYS
 from mpskit.launch import process_layout
@@ -159,6 +159,9 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     args = merge(stage_args, model_args, device_args(hw, device), distributed, hw.args, user)
     args["stage"] = stage_args.get("stage", stage)
     check_args(args)
+    if device == "mps" and args.get("dataloader_num_workers"):
+        warn(f"dataloader_num_workers={args['dataloader_num_workers']} on MPS: worker processes fail there; using 0")
+        args["dataloader_num_workers"] = 0
     if not args.get("model_name_or_path"):
         raise MpskitError("no model given", "set model_name_or_path=PATH or model_preset=NAME (see configs/models/)")
     _check_dtype(args, hw, device)
@@ -196,7 +199,7 @@ def _limits(own: dict) -> dict:
 def absolute_paths(args: dict) -> dict:
     """Paths that exist relative to here become absolute, so the written YAML runs from anywhere."""
     args = dict(args)
-    for key in ("dataset_dir", "model_name_or_path", "adapter_name_or_path", "deepspeed"):
+    for key in ("dataset_dir", "model_name_or_path", "adapter_name_or_path", "deepspeed", "resume_from_checkpoint"):
         value = args.get(key)
         if isinstance(value, str) and Path(value).expanduser().exists():
             args[key] = str(Path(value).expanduser().resolve())

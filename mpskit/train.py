@@ -176,6 +176,8 @@ def continue_run(run_dir: Path) -> Path:
     # one process out of memory cannot change the knobs of the others: no fallback when distributed
     free = set(saved.get("free", [])) if processes == (1, 1) else set()
     ladder = Ladder(free, saved.get("cutoff_floor", knobs.DEFAULT_CUTOFF_FLOOR))
+    if checkpoint is None and args.get("resume_from_checkpoint"):  # the user's, from another run
+        checkpoint = Path(args["resume_from_checkpoint"])
     if checkpoint:
-        print(f"mpskit: resuming {run_dir} from {checkpoint.name}", file=sys.stderr)
+        print(f"mpskit: resuming {run_dir} from {checkpoint}", file=sys.stderr)
     return run_attempts(run_dir, args, record.device, ladder, checkpoint)

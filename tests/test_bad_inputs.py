@@ -301,6 +301,12 @@ CASES = [
     ("output_dir is a file", ["train", "BASE", "output_dir={w}/a_file"], ["a_file"]),
     ("resume: a file", ["train", "--resume", "{w}/a_file"], ["not an mpskit run directory"]),
     ("config over an existing file", ["config", "BASE", "-o", "{w}/a_file"], ["a_file already exists", "--force"]),
+    ("resume from a missing checkpoint", ["train", "BASE", "resume_from_checkpoint={w}/nope"], ["not a folder"]),
+    (
+        "resume from a cut checkpoint",
+        ["train", "BASE", "resume_from_checkpoint={w}/not_a_run"],
+        ["no readable trainer_state.json"],
+    ),  # fmt: skip
     ("word without a value", ["train", "BASE", "stage"], ["not key=value"]),
     ("word without a key", ["train", "BASE", "=4"], ["empty key"]),
     ("unknown command", ["trian"], ["invalid choice: 'trian'"]),

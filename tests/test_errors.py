@@ -67,6 +67,13 @@ def test_help_is_fast_and_clean():
     assert result.returncode == 0 and "train" in result.stdout
 
 
+def test_version():
+    from mpskit import __version__
+
+    result = run_mpskit("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"mpskit {__version__}"
+
+
 def test_config_writes_a_file(tiny_model, tmp_path):
     out = tmp_path / "lf.yaml"
     result = run_mpskit("config", "stage=dpo", f"model_name_or_path={tiny_model}", "template=qwen", "-o", str(out))

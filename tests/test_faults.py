@@ -179,3 +179,16 @@ def test_every_rung_of_the_ladder_ends_in_a_finished_run(tmp_path, tiny_model, s
         assert json.loads((run_dir / "adapter_config.json").read_text())["r"] == 4
     else:
         assert second["resumed_from"] == "checkpoint-2"
+
+
+def test_resume_from_checkpoint_of_another_run_is_honoured(tmp_path, tiny_model):
+    words = ["train", "stage=sft", f"model_name_or_path={tiny_model}", *SHORT]
+    first = run_mpskit(*words, "max_steps=4", "run_name=first", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoint = run_dir_of(tmp_path, "first") / "checkpoint-2"
+    second = run_mpskit(*words, f"resume_from_checkpoint={checkpoint}", "run_name=second", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    run_dir = run_dir_of(tmp_path, "second")
+    assert record(run_dir)["attempts"][-1]["resumed_from"] == "checkpoint-2"
+    steps = [json.loads(line)["current_steps"] for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
+    assert steps[0] == 3 and json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 8

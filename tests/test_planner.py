@@ -104,7 +104,7 @@ def test_plan_prints_a_verdict_and_a_choice_for_qwen15_foodpo_on_16gb_m1_pro():
 
 def test_plan_says_3b_on_8gb_m1_does_not_fit_and_what_would():
     result = run_mpskit("plan", "stage=sft", "model_preset=qwen2.5-3b", "--hardware", "m1-8gb")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # the report, and an exit code scripts can test
     assert "NO SETTING FITS" in result.stdout
     assert "GB over the budget" in result.stdout
     assert "model_preset=qwen2.5-0.5b" in result.stdout
@@ -146,3 +146,14 @@ def test_flash_attention_is_offered_only_where_the_profile_has_it():
     assert {k.attention for k in candidates(asked, {"attention"}, without, "cuda", 8, 256)} == {"sdpa", "eager"}
     with_fa2 = replace(without, flash_attn=True)
     assert "fa2" in {k.attention for k in candidates(asked, {"attention"}, with_fa2, "cuda", 8, 256)}
+
+
+def test_a_local_models_own_config_wins_over_the_presets_dims(tmp_path):
+    from mpskit.advice import model_dims
+
+    preset = {"hidden": 896, "layers": 24, "heads": 14, "kv_heads": 2, "ffn": 4864, "vocab": 151936}
+    config = {"hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2,
+              "intermediate_size": 11008, "vocab_size": 151936}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert model_dims(preset, str(tmp_path)).hidden == 2048  # the 3B model that will train
+    assert model_dims(preset, "Qwen/Qwen2.5-0.5B").hidden == 896  # not downloaded: the preset says

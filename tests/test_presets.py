@@ -72,6 +72,21 @@ def test_m1_uses_fp32_and_no_loader_workers():
     assert "use_cpu" not in args
 
 
+def test_loader_workers_a_user_asks_for_become_0_on_mps(capsys):
+    user = {"stage": "sft", "model_preset": "qwen1.5-0.5b", "dataloader_num_workers": 4}
+    assert resolve(dict(user), hardware="m1-pro-16gb").args["dataloader_num_workers"] == 0
+    assert "worker processes fail there" in capsys.readouterr().err
+    assert resolve(dict(user), hardware="cpu").args["dataloader_num_workers"] == 4  # a device rule of MPS only
+
+
+def test_yaml_reads_exponents_as_numbers_like_llamafactory(tmp_path):
+    from mpskit.presets import load_yaml
+
+    path = tmp_path / "run.yaml"
+    path.write_text("learning_rate: 1e-4\nwarmup_ratio: 5.0e-2\nname: '1e-4'\nsteps: 10\n")
+    assert load_yaml(path) == {"learning_rate": 1e-4, "warmup_ratio": 0.05, "name": "1e-4", "steps": 10}
+
+
 def test_m3_with_recent_torch_uses_bf16():
     args = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b"}, hardware="m3-max-64gb").args
     assert args["bf16"] is True and args["fp16"] is False
