@@ -43,6 +43,13 @@ LOGIT_COPIES = {"sft": 3, "dpo": 5}
 # attention the float32 heads x s x s gradients of the probabilities and of the scores.
 MLP_GRADIENT_COPIES = 2
 ATTENTION_GRADIENT_COPIES = 2
+# Calibrated, the CPU only (glibc malloc): with checkpointing, the first backward's recomputed layers
+# leave their freed buffers in the heap layer after layer (RSS grows through that backward; later
+# steps reuse it), except buffers of 32 MiB and more, which glibc maps and unmaps on their own. About
+# half of one layer's saved tensors below that size, times the layers, stays; it sits under the next
+# step's logits or lean chunks. MPS and CUDA have caching allocators of their own (not measured).
+HEAP_KEPT_FRACTION = 0.5
+MMAP_CEILING_BYTES = 32 * 1024**2
 LEAN_STAGES = ("sft", "dpo", "foodpo")
 # The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
 # matmul's output, and per scored position two hidden-sized rows: the gathered hidden state and its
@@ -188,13 +195,21 @@ def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool) -> tup
     return elements, fp32_elements
 
 
+def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
+    """What glibc keeps of a checkpointed backward's freed layer buffers (see HEAP_KEPT_FRACTION)."""
+    width = DTYPE_BYTES[knobs.dtype]
+    buffers = [tokens * dims.hidden * width] * 8 + [tokens * dims.ffn * width] * 4
+    return int(HEAP_KEPT_FRACTION * dims.layers * sum(size for size in buffers if size < MMAP_CEILING_BYTES))
+
+
 def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "cpu") -> Estimate:
     """What is alive at the peak of one training step, part by part.
 
     The peak is at one of two moments: where the vocabulary-sized float32 buffers live (SFT's
-    backward through the log-softmax; DPO's reference forward while the policy's logits are held),
-    or in the backward of one decoder layer (recomputed activations with checkpointing, and the
-    gradients of the attention probabilities with eager attention). The larger one is reported.
+    backward through the log-softmax; DPO's reference forward while the policy's logits are held;
+    the lean path's chunks), on the CPU above the heap an earlier checkpointed backward left, or in
+    the backward of one decoder layer (recomputed activations with checkpointing, and the gradients
+    of the attention probabilities with eager attention). The larger one is reported.
     """
     width = DTYPE_BYTES[knobs.dtype]
     sequences = sequences_per_step(stage, knobs.batch)
@@ -236,8 +251,11 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
         workspace += sequences * dims.heads * knobs.cutoff_len**2 * 4 * ATTENTION_GRADIENT_COPIES
     if knobs.checkpointing:
         workspace += layer_bytes
-    if sum(logit_parts.values()) >= workspace:
+    kept = heap_kept(dims, knobs, tokens) if knobs.checkpointing and device == "cpu" else 0
+    if sum(logit_parts.values()) + kept >= workspace:
         parts.update(logit_parts)
+        if kept:
+            parts["heap kept (CPU)"] = kept
     else:
         parts["layer backward"] = workspace
     parts["overhead"] = int(RUN_OVERHEAD_BYTES)

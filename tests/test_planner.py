@@ -49,16 +49,16 @@ def test_choice_fits_with_margin_and_keeps_the_effective_batch(stage, budget_gb)
 
 
 def test_quality_knobs_move_only_when_nothing_else_fits():
-    whole = {**STAGE_ARGS, "lean_logits": False}  # whole logits: 3 GB is too little for cutoff 512
+    whole = {**STAGE_ARGS, "lean_logits": False}  # whole logits: 3.4 GB is too little for cutoff 512
     roomy = plan("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=14)
     assert (roomy.chosen.knobs.cutoff_len, roomy.chosen.knobs.lora_rank) == (512, 8)
-    tight = plan("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.0)
+    tight = plan("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.4)
     assert tight.fits and tight.chosen.knobs.cutoff_len < 512
     assert any("cutoff_len 512 ->" in note and "min_cutoff_len" in note for note in tight.changes)
-    floored = plan("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.0, cutoff_floor=512)
+    floored = plan("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.4, cutoff_floor=512)
     assert all(o.knobs.cutoff_len == 512 for o in [floored.asked, *floored.alternatives])
     assert floored.chosen is None or floored.chosen.knobs.cutoff_len == 512
-    lean = plan("sft", STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.0)  # lean logits: auto
+    lean = plan("sft", STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.4)  # lean logits: auto
     assert lean.chosen.knobs.lean_logits and lean.chosen.knobs.cutoff_len == 512
     assert not any("cutoff_len" in note for note in lean.changes)
 
