@@ -9,7 +9,7 @@ maximum relative error.
 
     python bench/memory_accuracy.py [--quick] [--out FILE.json]
 
-Targets: median error <= 10%, maximum <= 20%.
+Targets: median error <= 5%, maximum <= 12%.
 """
 
 from __future__ import annotations
@@ -124,10 +124,10 @@ def main() -> int:
     held_out = [abs(row["error"]) for row in results if (row["model"], Case(**row["case"])) in HELD_OUT]
     if held_out:
         print(f"of which {len(held_out)} held out of the calibration: maximum |error| {max(held_out):.1%}")
-    print("targets: median <= 10%, maximum <= 20%")
+    print("targets: median <= 5%, maximum <= 12%")
     if ns.out:
         Path(ns.out).write_text(json.dumps(results, indent=2))
-    return 0 if statistics.median(errors) <= 0.10 and max(errors) <= 0.20 else 1
+    return 0 if statistics.median(errors) <= 0.05 and max(errors) <= 0.12 else 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 An out-of-memory error is recognised (MPS, CUDA, CPU), reported with its figures and the estimate,
 and the run continues on the next rung of the fallback ladder from its last checkpoint, moving only
 knobs the user left free, at most MAX_ATTEMPTS times. SIGINT/SIGTERM save a checkpoint at the next
-step boundary and stop with the resume command. Every attempt is recorded in mpskit.json.
+step boundary and stop with the resume command (signals.py: at once while loading, or a second
+time). A full disk stops with one line naming the newest complete checkpoint. Every attempt, however
+it ends, is recorded in mpskit.json.
 """
 
 from __future__ import annotations
