@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from mpskit.errors import MpskitError, warn
+from mpskit.errors import MpskitError
 
 
 def config_dir() -> Path:
@@ -136,27 +136,6 @@ def _scalar(text: str):
         except ValueError:
             return value
     return value if isinstance(value, str | int | float | bool) or value is None else text
-
-
-def translate_removed_keys(args: dict) -> dict:
-    """Rewrite keys transformers no longer accepts, with a one-line warning each."""
-    args = dict(args)
-    if "no_cuda" in args:
-        value = args.pop("no_cuda")
-        warn("'no_cuda' was removed from transformers 5; using 'use_cpu' instead")
-        if value:
-            args.setdefault("use_cpu", True)
-    if "use_mps_device" in args:
-        args.pop("use_mps_device")
-        warn("'use_mps_device' was removed from transformers 5; MPS comes from the hardware profile, key dropped")
-    if "gradient_checkpointing" in args:
-        value = args.pop("gradient_checkpointing")
-        warn(
-            "'gradient_checkpointing' is not LLaMA-Factory's switch (it checkpoints by default); "
-            "using 'disable_gradient_checkpointing' instead"
-        )
-        args.setdefault("disable_gradient_checkpointing", not value)
-    return args
 
 
 def merge(*layers: dict) -> dict:

@@ -14,7 +14,8 @@ from mpskit.errors import MpskitError, warn
 from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
 from mpskit.knobs import PLANNER_KEYS
 from mpskit.launch import process_layout
-from mpskit.presets import load_yaml, merge, preset_names, resolve_preset_file, translate_removed_keys
+from mpskit.presets import load_yaml, merge, preset_names, resolve_preset_file
+from mpskit.removed_keys import translate_removed_keys
 from mpskit.validate import check_args, check_number, check_value
 
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.

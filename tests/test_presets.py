@@ -4,7 +4,7 @@ import pytest
 from conftest import ROOT
 
 from mpskit.errors import MpskitError
-from mpskit.presets import merge, parse_overrides, translate_removed_keys
+from mpskit.presets import merge, parse_overrides
 from mpskit.resolve import resolve
 
 
@@ -36,13 +36,6 @@ def test_override_without_value_is_an_error():
 
 def test_later_layers_win():
     assert merge({"a": 1, "b": 1}, {"b": 2}, {"c": 3}) == {"a": 1, "b": 2, "c": 3}
-
-
-def test_removed_transformers_keys_are_translated_with_a_warning(capsys):
-    args = translate_removed_keys({"no_cuda": True, "use_mps_device": True, "gradient_checkpointing": False})
-    assert args == {"use_cpu": True, "disable_gradient_checkpointing": True}
-    warnings = capsys.readouterr().err.strip().splitlines()
-    assert len(warnings) == 3 and all(w.startswith("mpskit: warning:") for w in warnings)
 
 
 def test_user_values_win_over_every_preset():
