@@ -123,6 +123,23 @@ def _default_run_name(stage: str, model_preset: str | None, model_path: str) -> 
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{Path(stage).stem}-{model}").lstrip(".")
 
 
+def _evaluation_for_own_data(args: dict, user: dict, stage_args: dict) -> None:
+    """A stage preset's eval_dataset belongs to the demo dataset it names. With a dataset of their
+    own, users are evaluated on what they give (eval_dataset, val_size), or not at all; it is said."""
+    own_data = "dataset" in user and user["dataset"] != stage_args.get("dataset")
+    if not own_data or "eval_dataset" not in stage_args or "eval_dataset" in user:
+        return
+    del args["eval_dataset"]
+    if "val_size" in user:
+        return
+    if "eval_strategy" not in user:
+        args["eval_strategy"] = "no"
+    warn(
+        f"evaluation off: dataset={user['dataset']} came with no eval_dataset or val_size (the preset's "
+        f"{stage_args['eval_dataset']} belongs to its demo data)"
+    )
+
+
 def _check_run_name(name: str) -> str:
     """A run name is one folder inside output/: no separators, no `..`, not absolute."""
     if not RUN_NAME.fullmatch(name):
@@ -159,6 +176,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     distributed = {"ddp_backend": "gloo"} if device == "cpu" and processes != (1, 1) else {}
     args = merge(stage_args, model_args, device_args(hw, device), distributed, hw.args, user)
     args["stage"] = stage_args.get("stage", stage)
+    _evaluation_for_own_data(args, user, stage_args)
     check_args(args)
     if device == "mps" and args.get("dataloader_num_workers"):
         warn(f"dataloader_num_workers={args['dataloader_num_workers']} on MPS: worker processes fail there; using 0")

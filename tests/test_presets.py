@@ -135,3 +135,14 @@ def test_scripts_train_the_presets_own_model_unless_model_path_is_set(tmp_path):
         words = done.stdout.split()
         assert done.returncode == 0 and "model_preset=qwen2.5-1.5b" in words, done.stderr
         assert [w for w in words if w.startswith("model_name_or_path=")] == ([expected] if expected else [])
+
+
+def test_a_users_own_dataset_is_never_evaluated_on_the_demo_set(capsys, tmp_path):
+    own = resolve({"stage": "dpo", "model_preset": "tiny", "dataset": "mine", "dataset_dir": str(tmp_path)}, "cpu")
+    assert "eval_dataset" not in own.args and own.args["eval_strategy"] == "no"
+    assert "evaluation off: dataset=mine" in capsys.readouterr().err
+    given = resolve({"stage": "dpo", "model_preset": "tiny", "dataset": "mine", "val_size": 0.1}, "cpu")
+    assert "eval_dataset" not in given.args
+    assert given.args["eval_strategy"] == "epoch" and given.args["val_size"] == 0.1
+    demo = resolve({"stage": "dpo", "model_preset": "tiny"}, "cpu")  # the demo keeps its evaluation set
+    assert demo.args["eval_dataset"] == "demo_pref_eval"
