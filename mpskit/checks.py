@@ -23,11 +23,12 @@ from mpskit.resolve import ResolvedRun
 from mpskit.rundir import incomplete_reason
 
 
-def prepare(run: ResolvedRun) -> tuple[ResolvedRun, Plan | None]:
+def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, Plan | None]:
     """All checks that need no torch (model, datasets, fooDPO settings), then the planned run: the
     planner's choice of the free knobs in its arguments. No plan when the model's dims are unknown;
-    refused when nothing fits."""
-    check_model(str(run.args["model_name_or_path"]))
+    refused when nothing fits. Without `need_weights` (writing a config), a hub model that is not
+    downloaded is a warning."""
+    check_model(str(run.args["model_name_or_path"]), need_weights)
     check_datasets(run.args)
     check_resume_from(run.args.get("resume_from_checkpoint"))
     if run.stage == "foodpo":
@@ -47,7 +48,7 @@ def prepare(run: ResolvedRun) -> tuple[ResolvedRun, Plan | None]:
     return planned, memory_plan
 
 
-def check_model(model: str) -> None:
+def check_model(model: str, need_weights: bool = True) -> None:
     """A local directory with config.json, or a hub id already in the local cache (or reachable)."""
     path = Path(os.path.expanduser(model))
     fix = (
@@ -67,7 +68,9 @@ def check_model(model: str) -> None:
     cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
     if (cache.expanduser() / f"models--{model.replace('/', '--')}").is_dir():
         return
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or not _hub_reachable(model):
+    if not need_weights:
+        warn(f"{model} is not downloaded: download it before `mpskit train` (huggingface-cli download {model})")
+    elif os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or not _hub_reachable(model):
         raise MpskitError(f"model {model} is not a local directory and the hub cannot be reached", fix)
 
 

@@ -92,7 +92,7 @@ def cmd_config(words: list[str]) -> int:
     run, output = _resolve_from_words([word for word in words if word != "--force"])
     if output and (Path(output).exists() or Path(output).is_symlink()) and not force:
         raise MpskitError(f"{output} already exists", "give -o a new file, or add --force to replace it")
-    run, _ = prepare(run)
+    run, _ = prepare(run, need_weights=False)
     lf.check_keys(run.args)
     args = dict(run.args)
     args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))

@@ -24,7 +24,7 @@ def test_missing_model_path_names_model_path_and_demo(tmp_path):
 
 
 def test_unreachable_hub_id_names_model_path_and_demo():
-    result = run_mpskit("config", "stage=sft", "model_preset=qwen1.5-0.5b")
+    result = run_mpskit("train", "stage=sft", "model_preset=qwen1.5-0.5b")
     assert_one_line_error(result, "Qwen/Qwen1.5-0.5B", "MODEL_PATH", "make demo")
 
 
@@ -83,3 +83,16 @@ def test_config_writes_a_file(tiny_model, tmp_path):
     words = ["config", "stage=sft", f"model_name_or_path={tiny_model}", "template=qwen", "-o", str(out)]
     assert run_mpskit(*words).returncode == 2 and "stage: dpo" in out.read_text()  # never replaced unasked
     assert run_mpskit(*words, "--force").returncode == 0 and "stage: sft" in out.read_text()
+
+
+def test_config_for_a_hub_model_needs_no_download(tmp_path):
+    out = tmp_path / "dpo.yaml"
+    data = f"dataset_dir={ROOT / 'data'}"
+    result = run_mpskit("config", "stage=dpo", "model_preset=qwen2.5-0.5b", data, "-o", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "Qwen/Qwen2.5-0.5B is not downloaded" in result.stderr
+        and "model_name_or_path: Qwen/Qwen2.5-0.5B" in out.read_text()
+    )
+    refused = run_mpskit("train", "stage=dpo", "model_preset=qwen2.5-0.5b", data, cwd=tmp_path)  # train still checks
+    assert refused.returncode == 2 and "MODEL_PATH" in refused.stderr
