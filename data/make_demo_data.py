@@ -95,7 +95,12 @@ def main() -> None:
             for p, a, lang in rows
         ]
         suffix = "" if split == "train" else "_eval"
-        for name, data in ((f"demo_sft{suffix}", sft), (f"demo_pref{suffix}", pref)):
+        files = [(f"demo_sft{suffix}", sft), (f"demo_pref{suffix}", pref)]
+        if split == "train":  # KTO: each pair as two single answers, desirable or not
+            kto = [{"instruction": row["instruction"], "input": "", "output": row[key], "kto_tag": key == "chosen"}
+                   for row in pref for key in ("chosen", "rejected")]  # fmt: skip
+            files.append(("demo_kto", kto))
+        for name, data in files:
             (out / f"{name}.json").write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     info = {name: {"file_name": f"{name}.json"} for name in ("demo_sft", "demo_sft_eval")} | {
         name: {
@@ -104,6 +109,10 @@ def main() -> None:
             "columns": {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"},
         }
         for name in ("demo_pref", "demo_pref_eval")
+    }
+    info["demo_kto"] = {
+        "file_name": "demo_kto.json",
+        "columns": {"prompt": "instruction", "query": "input", "response": "output", "kto_tag": "kto_tag"},
     }
     (out / "dataset_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 

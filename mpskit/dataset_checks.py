@@ -66,8 +66,13 @@ def _check_stage(name: str, entry: dict, stage: str) -> None:
             f"dataset '{name}' is not a preference set, which stage {stage} needs",
             'give pairs (chosen, rejected) and "ranking": true in dataset_info.json',
         )
-    if stage in ("sft", "pt") and ranking:
+    if stage in ("sft", "pt", "kto") and ranking:
         raise MpskitError(f"dataset '{name}' is a preference set (ranking: true)", f"give stage {stage} a plain set")
+    if stage == "kto" and not (entry.get("columns") or {}).get("kto_tag"):
+        raise MpskitError(
+            f"dataset '{name}' has no kto_tag column, which stage kto needs",
+            'map it in dataset_info.json: "columns": {"kto_tag": "..."} (true: a desirable answer)',
+        )
 
 
 def required_columns(entry: dict, stage: str) -> list[str]:
@@ -76,8 +81,10 @@ def required_columns(entry: dict, stage: str) -> list[str]:
     ranking = bool(entry.get("ranking"))
     if entry.get("formatting", "alpaca") == "alpaca":
         needed = [columns.get("prompt", "instruction")]
-        if not ranking and stage == "sft":
+        if not ranking and stage in ("sft", "kto"):
             needed.append(columns.get("response", "output"))
+        if stage == "kto":
+            needed.append(columns["kto_tag"])
     else:
         needed = [columns.get("messages", "conversations")]
     if ranking:
@@ -114,7 +121,7 @@ def _check_rows(path: Path, rows: list, needed: list[str]) -> None:
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
             raise MpskitError(f"{path}: row {number} is a {type(row).__name__}, not a mapping", "write {...} rows")
-        missing = [column for column in needed if row.get(column) is None]
+        missing = [column for column in needed if row.get(column) is None]  # a false kto_tag is a value
         if missing:
             raise MpskitError(
                 f"{path}: row {number} has no '{missing[0]}' column",

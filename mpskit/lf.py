@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from mpskit.errors import MpskitError
+from mpskit.memory import LEAN_STAGES
 
 # mpskit's own run key for the lean-logits path: kept out of the written YAML, which must also run
 # under plain `llamafactory-cli train` (where the plain path runs), and recorded in mpskit.json.
@@ -79,7 +80,7 @@ def run(args: dict, callbacks: list | None = None) -> dict:
 
     trainer_log.install()
     args = dict(args)
-    lean = lean_trainers.LeanPath(bool(args.pop(LEAN_KEY, True)))
+    lean = lean_trainers.LeanPath(bool(args.pop(LEAN_KEY, True)) and args.get("stage") in LEAN_STAGES)
     is_foodpo = args.get("stage") == "foodpo"
     if is_foodpo:
         from mpskit.foodpo import split_foodpo_args

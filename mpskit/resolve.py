@@ -162,6 +162,11 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     if not stage:
         raise MpskitError("no stage given", f"add stage=... (one of {', '.join(preset_names('stages'))})")
 
+    if stage == "ppo":
+        raise MpskitError(
+            "stage ppo is not run by mpskit: it needs a trained reward model and generates at every step",
+            "train the reward model with stage=rm here, then run PPO with llamafactory-cli train",
+        )
     stage_args, _, layers = _preset("stages", str(stage))
     model_args, dims = {}, {}
     if own.get("model_preset"):

@@ -307,6 +307,8 @@ CASES = [
         ["train", "BASE", "resume_from_checkpoint={w}/not_a_run"],
         ["no readable trainer_state.json"],
     ),  # fmt: skip
+    ("stage ppo", ["train", "BASE", "stage=ppo"], ["stage ppo is not run by mpskit", "stage=rm"]),
+    ("KTO on a set without kto_tag", ["train", "BASE", "stage=kto", "dataset=demo_sft"], ["no kto_tag column"]),
     ("word without a value", ["train", "BASE", "stage"], ["not key=value"]),
     ("word without a key", ["train", "BASE", "=4"], ["empty key"]),
     ("unknown command", ["trian"], ["invalid choice: 'trian'"]),
