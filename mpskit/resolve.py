@@ -96,6 +96,11 @@ def _check_dtype(args: dict, hw: Hardware, device: str) -> None:
     if args.get("fp16") and (device == "cpu" or not fp16_supported(hw)):
         where = "CPU" if device == "cpu" else f"{hw.kind} with torch {hw.torch}"
         raise MpskitError(f"fp16 training is not supported on {where}", "set fp16: false (MPS fp16 needs torch >= 2.8)")
+    if args.get("deepspeed") and device != "cuda":
+        raise MpskitError(
+            f"deepspeed ({args['deepspeed']}) shards training over CUDA GPUs; this run is on {device}",
+            "leave deepspeed out here (mpskit adds it on multi-GPU CUDA profiles)",
+        )
     if args.get("quantization_bit") is not None and device != "cuda":
         raise MpskitError(
             f"quantization_bit={args['quantization_bit']!r} needs bitsandbytes on CUDA; this run is on {device}",
