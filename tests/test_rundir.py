@@ -5,13 +5,23 @@ import json
 from mpskit.rundir import RunRecord, last_checkpoint, read_record, update_record, write_record
 
 
-def make_checkpoint(run_dir, step: int, state: str | None = '{"global_step": 1}', weights: bool = True):
+def make_checkpoint(run_dir, step: int, state: str | None = '{"global_step": 1}', weights: bool = True,
+                    cut_weights: bool = False, optimizer: bool = True):  # fmt: skip
+    """A checkpoint folder as transformers writes it, with real (tiny) safetensors and torch.save files."""
+    import torch
+    from safetensors.torch import save_file
+
     path = run_dir / f"checkpoint-{step}"
     path.mkdir()
     if state is not None:
         (path / "trainer_state.json").write_text(state)
     if weights:
-        (path / "adapter_model.safetensors").write_bytes(b"x")
+        save_file({"lora_A": torch.ones(64, 8)}, path / "adapter_model.safetensors")
+        if cut_weights:  # a full disk mid-write
+            data = (path / "adapter_model.safetensors").read_bytes()
+            (path / "adapter_model.safetensors").write_bytes(data[: len(data) - 100])
+    if optimizer:
+        torch.save({"state": {0: torch.ones(8)}}, path / "optimizer.pt")
     return path
 
 
@@ -27,6 +37,18 @@ def test_newest_complete_checkpoint_wins_and_incomplete_ones_are_kept_aside(tmp_
     assert "skipped checkpoint-12: no readable trainer_state.json" in err and "checkpoint-10: no weights" in err
     make_checkpoint(tmp_path, 12, state=None)  # the same step killed again after a resume
     assert last_checkpoint(tmp_path) == good and (tmp_path / "checkpoint-12.incomplete-2").is_dir()
+
+
+def test_cut_short_weights_or_a_missing_optimizer_are_incomplete(tmp_path, capsys):
+    good = make_checkpoint(tmp_path, 2)
+    make_checkpoint(tmp_path, 4, cut_weights=True)
+    make_checkpoint(tmp_path, 6, optimizer=False)
+    assert last_checkpoint(tmp_path) == good
+    err = capsys.readouterr().err
+    assert (
+        "checkpoint-4: adapter_model.safetensors is cut short" in err
+        and "checkpoint-6: no readable optimizer.pt" in err
+    )
 
 
 def test_no_checkpoint_at_all(tmp_path):
