@@ -192,19 +192,24 @@ def _sysctl(key: str) -> str | None:
     return out.stdout.strip() or None
 
 
-def nvidia_gpus() -> list[tuple[str, float]]:
+def nvidia_gpus() -> list[tuple[str, float, float | None]]:
+    """(name, memory in GB, compute capability) of each NVIDIA GPU, from nvidia-smi: no torch import,
+    so CUDA is not initialised before mpskit may hide it. The capability needs a driver from 2022 on."""
     if not shutil.which("nvidia-smi"):
         return []
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    for fields in ("name,memory.total,compute_cap", "name,memory.total"):
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode == 0:
+            break
     gpus = []
     for line in out.stdout.strip().splitlines():
-        name, mib = (part.strip() for part in line.rsplit(",", 1))
-        gpus.append((name, round(float(mib) / 1024, 1)))
+        name, mib, *cap = (part.strip() for part in line.split(","))
+        gpus.append((name, round(float(mib) / 1024, 1), float(cap[0]) if cap else None))
     return gpus
 
 
@@ -233,7 +238,9 @@ def detect(probe_torch: bool = False) -> Hardware:
     else:
         gpus = nvidia_gpus()
         if gpus:
-            data.update(kind="cuda", chip=gpus[0][0], gpu_memory_gb=gpus[0][1], gpu_count=len(gpus))
+            name, memory_gb, capability = gpus[0]
+            data.update(kind="cuda", chip=name, gpu_memory_gb=memory_gb, gpu_count=len(gpus))
+            data["cuda_bf16"] = capability is not None and capability >= 8.0  # Ampere and newer
             data["flash_attn"] = installed_version("flash-attn") is not None
         else:
             data.update(kind="cpu", chip=platform.processor() or machine)

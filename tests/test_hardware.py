@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from mpskit.errors import MpskitError
@@ -75,3 +77,25 @@ def test_detect_reports_this_machine():
     hw = detect(probe_torch=True)
     assert hw.kind in ("apple-silicon", "intel-mac", "cuda", "cpu")
     assert hw.ram_gb > 0 and hw.torch and hw.llamafactory == "0.9.5"
+
+
+@pytest.mark.parametrize(
+    ("smi_line", "bf16"),
+    [("NVIDIA H100 80GB HBM3, 81559, 9.0", True), ("NVIDIA A100-SXM4-40GB, 40960, 8.0", True),
+     ("Tesla T4, 15360, 7.5", False)],
+)  # fmt: skip
+def test_a_detected_cuda_machine_gets_bf16_from_its_compute_capability(smi_line, bf16, tmp_path, monkeypatch):
+    """nvidia-smi says it, so no torch import and no CUDA initialised before a CPU run could hide it."""
+    import platform
+
+    from mpskit.resolve import resolve
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\necho '{smi_line}'\necho '{smi_line}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    hw = detect()
+    assert (hw.kind, hw.gpu_count, hw.cuda_bf16) == ("cuda", 2, bf16)
+    args = resolve({"stage": "sft", "model_preset": "tiny"}).args
+    assert (args["bf16"], args["fp16"]) == (bf16, not bf16)
