@@ -19,7 +19,7 @@ from mpskit.hardware import nvidia_gpus
 from mpskit.knobs import from_args
 from mpskit.memory import GB, checkpoint_bytes, trainable_params
 from mpskit.planner import Plan
-from mpskit.resolve import ResolvedRun
+from mpskit.resolve import ResolvedRun, cuda_only
 from mpskit.rundir import incomplete_reason
 
 
@@ -98,14 +98,18 @@ def check_resume_from(checkpoint: str | None) -> None:
 
 
 def check_device(run: ResolvedRun) -> None:
-    """The profile's device is on this machine: an MPS run needs a Mac with Apple silicon, a CUDA run an
-    NVIDIA GPU (`mpskit plan` and `config` may name any profile; `train` runs here)."""
+    """The profile's device is on this machine (an MPS run needs a Mac with Apple silicon, a CUDA run an
+    NVIDIA GPU) and the run has no CUDA-only option off CUDA. `mpskit plan` and `config` may name any
+    profile and write such options, with a warning; `train` runs here."""
     if run.device == "mps" and (platform.system() != "Darwin" or platform.machine() != "arm64"):
         where = f"{platform.system()} {platform.machine()}"
         raise MpskitError(
             f"hardware '{run.hardware.name}' trains on MPS, which this machine ({where}) does not have",
             "train with --hardware cpu (or no --hardware: mpskit detects this machine)",
         )
+    problems = cuda_only(run.args, run.device)
+    if problems:
+        raise MpskitError(problems[0], "leave it out here, or train on a CUDA machine (`mpskit plan` shows what fits)")
     if run.device == "cuda" and not nvidia_gpus():
         raise MpskitError(
             f"hardware '{run.hardware.name}' trains on CUDA, but nvidia-smi finds no NVIDIA GPU here",

@@ -96,16 +96,8 @@ def _check_dtype(args: dict, hw: Hardware, device: str) -> None:
     if args.get("fp16") and (device == "cpu" or not fp16_supported(hw)):
         where = "CPU" if device == "cpu" else f"{hw.kind} with torch {hw.torch}"
         raise MpskitError(f"fp16 training is not supported on {where}", "set fp16: false (MPS fp16 needs torch >= 2.8)")
-    if args.get("deepspeed") and device != "cuda":
-        raise MpskitError(
-            f"deepspeed ({args['deepspeed']}) shards training over CUDA GPUs; this run is on {device}",
-            "leave deepspeed out here (mpskit adds it on multi-GPU CUDA profiles)",
-        )
-    if args.get("quantization_bit") is not None and device != "cuda":
-        raise MpskitError(
-            f"quantization_bit={args['quantization_bit']!r} needs bitsandbytes on CUDA; this run is on {device}",
-            "leave quantization_bit out (see `mpskit plan` for what fits)",
-        )
+    for problem in cuda_only(args, device):  # `mpskit train` refuses these (checks.check_device)
+        warn(f"{problem}: this config is for a CUDA machine")
     if args.get("bf16") and device != "cpu" and not bf16_supported(hw):
         raise MpskitError(
             f"bf16 is not supported on {hw.name} (needs macOS >= 14 and torch >= 2.6, or an Ampere+ GPU)",
@@ -121,6 +113,20 @@ def _checked_dims(dims, source: str) -> dict:
         if key != "tied_embeddings":
             check_number(f"{source}: dims.{key}", value, "int", 1, fix="give the model's shapes as whole numbers")
     return dims
+
+
+def cuda_only(args: dict, device: str) -> list[str]:
+    """The options in `args` that only run on CUDA, when the device is not CUDA."""
+    if device == "cuda":
+        return []
+    problems = []
+    if args.get("deepspeed"):
+        problems.append(f"deepspeed ({args['deepspeed']}) shards training over CUDA GPUs; this run is on {device}")
+    if args.get("quantization_bit") is not None:
+        problems.append(
+            f"quantization_bit={args['quantization_bit']!r} needs bitsandbytes on CUDA; this run is on {device}"
+        )
+    return problems
 
 
 def _default_run_name(stage: str, model_preset: str | None, model_path: str) -> str:
