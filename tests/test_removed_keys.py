@@ -59,3 +59,25 @@ def test_a_seed_style_command_line_writes_its_config(tiny_model, tmp_path):
     assert "group_by_length" not in result.stdout and "overwrite_output_dir" not in result.stdout
     assert "per_device_train_batch_size: 2" in result.stdout
     assert result.stderr.count("was removed from transformers 5") == 2
+
+
+@pytest.mark.e2e
+def test_a_seed_style_command_line_trains(tiny_model, tmp_path):
+    from conftest import run_mpskit
+
+    old_switches = ["--group_by_length", "false", "--use_mps_device", "true", "--gradient_checkpointing", "true",
+                    "--remove_unused_columns", "false", "--overwrite_output_dir", "true",
+                    "--save_safetensors", "true"]  # fmt: skip
+    result = run_mpskit(
+        "train", "--stage", "foodpo", "--model_name_or_path", str(tiny_model), "--template", "qwen",
+        "--dataset_dir", str(ROOT / "data"), "--max_steps", "2", *old_switches, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    for key in (
+        "group_by_length",
+        "use_mps_device",
+        "gradient_checkpointing",
+        "overwrite_output_dir",
+        "save_safetensors",
+    ):
+        assert result.stderr.count(f"'{key}") == 1, key  # each translated key reported once
