@@ -221,7 +221,7 @@ def test_lean_run_logs_the_losses_of_the_plain_run(tmp_path, tiny_model, stage):
             shared = [key for key in plain_row if isinstance(plain_row[key], float) and key not in TIMING_KEYS]
             assert "loss" in shared and (stage == "sft" or plain_dir.name == "cli" or "rewards/margins" in shared)
             for key in shared:
-                assert lean_row[key] == pytest.approx(plain_row[key], rel=1e-5, abs=1e-7), (
-                    key,
-                    lean_row["current_steps"],
-                )
+                # after a few optimizer steps float32 sums in another order move small rewards (about
+                # 0.01) by ~2e-7: the metrics near zero are held to 1e-6, the loss to 1e-5 relative
+                tolerance = {"rel": 1e-5} if key == "loss" else {"rel": 1e-5, "abs": 1e-6}
+                assert lean_row[key] == pytest.approx(plain_row[key], **tolerance), (key, lean_row["current_steps"])
