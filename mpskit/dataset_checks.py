@@ -31,6 +31,7 @@ def check_datasets(args: dict) -> None:
     names = dataset_names(args)
     if not names:
         raise MpskitError("no dataset given", "set dataset=NAME (a name from data/dataset_info.json)")
+    stage = str(args.get("stage", "sft"))
     dataset_dir = Path(str(args.get("dataset_dir", "data")))
     info_file = dataset_dir / "dataset_info.json"
     if not info_file.is_file():
@@ -49,14 +50,14 @@ def check_datasets(args: dict) -> None:
         entry = info[name]
         if not isinstance(entry, dict):
             raise MpskitError(f"dataset '{name}' in {info_file} is not a mapping", 'write {"file_name": ...}')
-        _check_stage(name, entry, str(args.get("stage", "sft")))
+        _check_stage(name, entry, stage)
         file_name = entry.get("file_name")
         if file_name:
             path = dataset_dir / str(file_name)
             if not path.exists():
                 raise MpskitError(f"dataset '{name}' points at {path}, which does not exist", "fix file_name")
             if path.is_file() and path.suffix in (".json", ".jsonl"):
-                _check_rows(path, _read_rows(path), required_columns(entry, str(args.get("stage", "sft"))))
+                _check_rows(path, _read_rows(path), required_columns(entry, stage))
 
 
 def _check_stage(name: str, entry: dict, stage: str) -> None:
