@@ -1,25 +1,27 @@
-# Every target installs on first use: the stamp is rebuilt when pyproject.toml changes.
+# Every target installs on first use: the stamp is rebuilt when the dependencies change.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint demo doctor bench-memory bench-planner tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
+.PHONY: install test check-install lint demo doctor bench-memory bench-planner tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+$(STAMP): pyproject.toml constraints.txt scripts/install.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/install.sh
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/ruff check mpskit tests bench data
+	$(BIN)/ruff check mpskit tests bench scripts
 	$(BIN)/python -m pytest -q
 
+# A plain `pip install .` into a new venv, used from outside the repository (CI runs it after make test).
+check-install:
+	PYTHON=$(PYTHON) bash scripts/check_install.sh
+
 lint: $(STAMP)
-	$(BIN)/ruff check mpskit tests bench data
+	$(BIN)/ruff check mpskit tests bench scripts
 
 tiny-model: $(STAMP)
 	$(BIN)/mpskit tiny-model

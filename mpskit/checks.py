@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -115,6 +116,23 @@ def check_device(run: ResolvedRun) -> None:
             f"hardware '{run.hardware.name}' trains on CUDA, but nvidia-smi finds no NVIDIA GPU here",
             "train with --hardware cpu (or no --hardware: mpskit detects this machine)",
         )
+    for key, package in _cuda_packages(run.args):
+        if importlib.util.find_spec(package) is None:
+            raise MpskitError(
+                f"{key} needs the {package} package, which is not installed",
+                "pip install 'mpskit[cuda]' (bitsandbytes, deepspeed, liger-kernel), or leave the key out",
+            )
+
+
+def _cuda_packages(args: dict) -> list[tuple[str, str]]:
+    """(option, the package it imports) for each CUDA-only option in `args`; the `cuda` extra has them."""
+    wanted = [
+        ("quantization_bit", "bitsandbytes", args.get("quantization_bit") is not None),
+        ("optim", "bitsandbytes", "8bit" in str(args.get("optim", ""))),
+        ("deepspeed", "deepspeed", bool(args.get("deepspeed"))),
+        ("enable_liger_kernel", "liger_kernel", bool(args.get("enable_liger_kernel"))),
+    ]
+    return [(key, package) for key, package, used in wanted if used]
 
 
 def check_disk(run: ResolvedRun, root: str | Path = "output") -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -24,40 +25,18 @@ USAGE_RUN = (
 )
 
 
-def _split_run_words(words: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:
-    """(run file, --hardware, -o, the rest) from the words after `train` / `config`."""
-    run_file = hardware = output = None
-    rest: list[str] = []
-    i = 0
-    while i < len(words):
-        word = words[i]
-        name, sep, value = word.partition("=")
-        if name in ("--hardware", "-o", "--output"):
-            if not sep:
-                if i + 1 >= len(words):
-                    raise MpskitError(f"{name} needs a value", f"write {name} VALUE")
-                value = words[i + 1]
-                i += 1
-            if name == "--hardware":
-                hardware = value
-            else:
-                output = value
-        elif run_file is None and not rest and word.endswith((".yaml", ".yml")) and not word.startswith("-"):
-            run_file = word
-        else:
-            rest.append(word)
-        i += 1
-    return run_file, hardware, output, rest
-
-
-def _resolve_from_words(words: list[str]):
-    from mpskit.presets import load_yaml, parse_overrides
+def _resolve_from_words(words: list[str], typed: bool = True):
+    """The run the words describe, and -o's file. `typed`: word values typed by LLaMA-Factory's argument
+    classes, as llamafactory-cli types them (imports LLaMA-Factory; `plan` goes without)."""
     from mpskit.resolve import resolve
+    from mpskit.run_words import read_run_words
 
-    run_file, hardware, output, rest = _split_run_words(words)
-    user = load_yaml(Path(run_file)) if run_file else {}
-    user.update(parse_overrides(rest))
-    return resolve(user, hardware=hardware), output
+    given = read_run_words(words)
+    if typed and given.word_texts:
+        from mpskit import lf
+
+        given.values.update(lf.typed_words(given.word_texts))
+    return resolve(given.values, hardware=given.hardware), given.output
 
 
 def cmd_detect(ns: argparse.Namespace) -> int:
@@ -80,6 +59,18 @@ def cmd_env(ns: argparse.Namespace) -> int:
     for note in hardware_notes(hw):
         print(f"# note: {note}")
     print(export_lines(hw))
+    return 0
+
+
+def cmd_ls(ns: argparse.Namespace) -> int:
+    from mpskit.presets import PRESET_KINDS, config_dir, preset_descriptions
+
+    print(f"presets in {config_dir()} (MPSKIT_CONFIG_DIR to use your own folder)")
+    for kind in PRESET_KINDS:
+        key = {"stages": "stage", "models": "model_preset", "hardware": "--hardware"}[kind]
+        print(f"\n{kind} ({key}):")
+        for name, description in preset_descriptions(kind):
+            print(f"  {name:14} {description}")
     return 0
 
 
@@ -107,11 +98,13 @@ def cmd_config(words: list[str]) -> int:
 def cmd_plan(words: list[str]) -> int:
     """The memory plan for a run; no torch import, so it answers at once. Exit code 3 when no
     setting fits, so scripts can tell."""
+    from mpskit import lf
     from mpskit.advice import plan_run
     from mpskit.plan_report import plan_as_dict, plan_lines
 
     as_json = "--json" in words
-    run, _ = _resolve_from_words([w for w in words if w != "--json"])
+    run, _ = _resolve_from_words([w for w in words if w != "--json"], typed=False)
+    lf.check_keys(run.args, lf.key_names())
     memory_plan = plan_run(run)
     if as_json:
         print(json.dumps(plan_as_dict(run, memory_plan), indent=2))
@@ -200,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=helptext, usage=USAGE_RUN, add_help=False)
         p.add_argument("words", nargs=argparse.REMAINDER)
+    sub.add_parser("ls", help="list the stage, model and hardware presets with their descriptions")
     p = sub.add_parser("tiny-model", help="build the offline demo model (random weights) into DIR")
     p.add_argument("directory", nargs="?", help="default: where the tiny preset looks (once; kept after)")
     p.add_argument("--data", help="folder with the demo datasets (default: data/)")
@@ -225,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {
         "detect": cmd_detect,
         "env": cmd_env,
+        "ls": cmd_ls,
         "tiny-model": cmd_tiny_model,
         "demo": cmd_demo,
         "doctor": cmd_doctor,
@@ -249,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mpskit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `mpskit ls | head`: the reader stopped reading; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a writer stopped by SIGPIPE
 
 
 if __name__ == "__main__":

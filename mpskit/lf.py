@@ -6,8 +6,10 @@ callers can set the environment and hide devices first.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
+import importlib.util
 from pathlib import Path
 
 import yaml
@@ -34,16 +36,91 @@ def known_keys() -> set[str]:
     return {f.name for cls in classes for f in dataclasses.fields(cls) if f.init}
 
 
-def check_keys(args: dict) -> None:
-    """Fail on the first key LLaMA-Factory (or, for stage foodpo, fooDPO) does not know, with a hint."""
+ARGUMENT_CLASSES = ["ModelArguments", "DataArguments", "TrainingArguments", "FinetuningArguments"]
+ARGUMENT_CLASSES += ["GeneratingArguments"]  # llamafactory-cli train's five, as in known_keys()
+ARGUMENT_SOURCES = {"llamafactory": "hparams/*.py", "transformers": "training_args*.py"}
+
+
+def key_names() -> set[str]:
+    """known_keys() read from the installed sources with `ast`, without importing them (torch takes
+    seconds), for `mpskit plan`. A test checks that both give the same set."""
+    classes: dict[tuple[str, str], tuple[list[str], set[str]]] = {}  # (package, name) -> (bases, fields)
+    aliases: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (package, local name) -> where it comes from
+    for package, pattern in ARGUMENT_SOURCES.items():
+        spec = importlib.util.find_spec(package)
+        for path in Path(spec.submodule_search_locations[0]).glob(pattern):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom):
+                    source = package if node.level else (node.module or "").split(".")[0]
+                    for name in node.names:
+                        aliases.setdefault((package, name.asname or name.name), []).append((source, name.name))
+                elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and len(node.targets) == 1:
+                    if isinstance(node.targets[0], ast.Name):
+                        aliases.setdefault((package, node.targets[0].id), []).append((package, node.value.id))
+                elif isinstance(node, ast.ClassDef):
+                    bases = [getattr(base, "id", None) or getattr(base, "attr", "") for base in node.bases]
+                    classes[(package, node.name)] = (bases, {_field_name(item) for item in node.body} - {None})
+
+    def fields_of(package: str, name: str, depth: int = 0) -> set[str] | None:
+        if (package, name) in classes:
+            bases, own = classes[(package, name)]
+            return own.union(*(fields_of(package, base, depth + 1) or set() for base in bases))
+        for source in aliases.get((package, name), []) if depth < 10 else []:
+            if source != (package, name) and (found := fields_of(*source, depth + 1)) is not None:
+                return found
+        return None
+
+    return set().union(*(fields_of("llamafactory", name) or set() for name in ARGUMENT_CLASSES))
+
+
+def _field_name(node: ast.stmt) -> str | None:
+    """The dataclass init field a class-body statement declares, if any."""
+    if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
+        return None
+    if "ClassVar" in ast.unparse(node.annotation):
+        return None
+    value = node.value
+    if isinstance(value, ast.Call) and any(
+        kw.arg == "init" and isinstance(kw.value, ast.Constant) and kw.value.value is False for kw in value.keywords
+    ):
+        return None
+    return node.target.id
+
+
+def check_keys(args: dict, keys: set[str] | None = None) -> None:
+    """Fail on the first key LLaMA-Factory (or, for stage foodpo, fooDPO) does not know, with a hint.
+    `keys`: LLaMA-Factory's keys when the caller has them already (`plan`: key_names())."""
     from mpskit.foodpo import FOODPO_KEYS
 
-    keys = known_keys() | {LEAN_KEY} | (set(FOODPO_KEYS) if args.get("stage") == "foodpo" else set())
+    keys = (keys or known_keys()) | {LEAN_KEY} | (set(FOODPO_KEYS) if args.get("stage") == "foodpo" else set())
     for key in args:
         if key not in keys:
             close = difflib.get_close_matches(key, keys, n=1)
             hint = f"did you mean '{close[0]}'?" if close else "see `llamafactory-cli train -h` for the keys"
             raise MpskitError(f"unknown key '{key}'", hint)
+
+
+def typed_words(texts: dict[str, str | None]) -> dict:
+    """Command-line word values typed as `llamafactory-cli train --key value` types them: by
+    LLaMA-Factory's own HfArgumentParser. Keys it does not know (mpskit's, misspelt ones), `stage`
+    (mpskit adds foodpo to its choices) and the planner's `auto` are left out, for the caller's own
+    reading and key check."""
+    from llamafactory.hparams.parser import _TRAIN_ARGS
+    from transformers import HfArgumentParser
+
+    def refuse(message: str):
+        raise MpskitError(f"command line: {message}", "see `llamafactory-cli train -h` for each key's values")
+
+    parser = HfArgumentParser(_TRAIN_ARGS)
+    parser.error = refuse
+    known = {
+        key: text
+        for key, text in texts.items()
+        if f"--{key}" in parser._option_string_actions and key != "stage" and text != "auto"
+    }
+    words = [f"--{key}" if text is None else f"--{key}={text}" for key, text in known.items()]
+    namespace, _ = parser.parse_known_args(words)
+    return {key: getattr(namespace, key) for key in known}
 
 
 def yaml_text(args: dict) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from mpskit.errors import MpskitError
 from mpskit.knobs import Knobs, as_words
 from mpskit.memory import sequences_per_step
-from mpskit.presets import config_dir
+from mpskit.presets import demo_data_dir
 from mpskit.rundir import read_record
 
 
@@ -59,7 +59,7 @@ def write_long_data(out: Path, min_chars: int = 5000) -> Path:
             i += 7
         return "\n".join(parts)
 
-    demo = config_dir().parent / "data"
+    demo = demo_data_dir()
     sft = json.loads((demo / "demo_sft.json").read_text(encoding="utf-8"))
     pref = json.loads((demo / "demo_pref.json").read_text(encoding="utf-8"))
     out.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ Plain files in, plain dicts out. Later layers win; the user's explicit values al
 from __future__ import annotations
 
 import difflib
+import importlib.resources
 import os
 import re
 from pathlib import Path
@@ -16,8 +17,14 @@ from mpskit.errors import MpskitError
 
 
 def config_dir() -> Path:
-    """configs/ beside the package (an editable install), or $MPSKIT_CONFIG_DIR."""
-    return Path(os.environ.get("MPSKIT_CONFIG_DIR") or Path(__file__).resolve().parent.parent / "configs")
+    """The presets: $MPSKIT_CONFIG_DIR (a user's own folder), else the ones shipped in the package
+    (`configs/` at the repository's root links there)."""
+    return Path(os.environ.get("MPSKIT_CONFIG_DIR") or str(importlib.resources.files("mpskit") / "configs"))
+
+
+def demo_data_dir() -> Path:
+    """The demo datasets and their dataset_info.json, shipped in the package (`data/` links there)."""
+    return Path(str(importlib.resources.files("mpskit") / "data"))
 
 
 MAX_YAML_BYTES = 1024**2  # a run file or preset is a few KB; anything this large is not one
@@ -82,6 +89,15 @@ def preset_names(kind: str) -> list[str]:
     return sorted(p.stem for p in (config_dir() / kind).glob("*.yaml"))
 
 
+PRESET_KINDS = ("stages", "models", "hardware")
+
+
+def preset_descriptions(kind: str) -> list[tuple[str, str]]:
+    """(name, its one-line description) for each preset of a kind, for `mpskit ls`."""
+    files = {name: config_dir() / kind / f"{name}.yaml" for name in preset_names(kind)}
+    return [(name, str(load_yaml(path).get("description", ""))) for name, path in files.items()]
+
+
 def resolve_preset_file(kind: str, name_or_path: str) -> Path:
     """A preset name (configs/<kind>/<name>.yaml) or a path to a YAML file."""
     as_path = Path(os.path.expanduser(str(name_or_path)))
@@ -96,46 +112,6 @@ def resolve_preset_file(kind: str, name_or_path: str) -> Path:
     close = difflib.get_close_matches(str(name_or_path), names, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
     raise MpskitError(f"unknown {kind} preset '{name_or_path}'", f"{hint}known: {', '.join(names)}")
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """`key=value` and `--key value` / `--key=value` words, values read as YAML scalars."""
-    result: dict = {}
-    i = 0
-    while i < len(items):
-        word = items[i]
-        if word.startswith("--"):
-            key, sep, value = word[2:].partition("=")
-            if not sep:
-                if i + 1 >= len(items) or items[i + 1].startswith("--"):
-                    raise MpskitError(f"option --{key} has no value", f"write --{key} VALUE or {key}=VALUE")
-                value = items[i + 1]
-                i += 1
-        else:
-            key, sep, value = word.partition("=")
-            if not sep:
-                raise MpskitError(f"argument '{word}' is not key=value", f"write {word}=VALUE")
-        key = key.replace("-", "_")
-        if not key:
-            raise MpskitError(f"argument '{word}' has an empty key", "write key=value")
-        result[key] = _scalar(value)
-        i += 1
-    return result
-
-
-def _scalar(text: str):
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    if isinstance(value, bool) and text.strip().lower() not in ("true", "false"):
-        return text  # YAML 1.1 reads no/yes/on/off as booleans; eval_strategy=no means "no"
-    if isinstance(value, str):
-        try:
-            return float(value)  # YAML 1.1 reads 5e-3 as text; a command line means the number
-        except ValueError:
-            return value
-    return value if isinstance(value, str | int | float | bool) or value is None else text
 
 
 def merge(*layers: dict) -> dict:

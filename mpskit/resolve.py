@@ -14,7 +14,7 @@ from mpskit.errors import MpskitError, warn
 from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
 from mpskit.knobs import PLANNER_KEYS
 from mpskit.launch import process_layout
-from mpskit.presets import load_yaml, merge, preset_names, resolve_preset_file
+from mpskit.presets import demo_data_dir, load_yaml, merge, preset_names, resolve_preset_file
 from mpskit.removed_keys import translate_removed_keys
 from mpskit.validate import check_args, check_number, check_value
 
@@ -99,10 +99,8 @@ def _check_dtype(args: dict, hw: Hardware, device: str) -> None:
     for problem in cuda_only(args, device):  # `mpskit train` refuses these (checks.check_device)
         warn(f"{problem}: this config is for a CUDA machine")
     if args.get("bf16") and device != "cpu" and not bf16_supported(hw):
-        raise MpskitError(
-            f"bf16 is not supported on {hw.name} (needs macOS >= 14 and torch >= 2.6, or an Ampere+ GPU)",
-            "set bf16: false",
-        )
+        warn(f"bf16 does not run on {hw.name} (it needs macOS >= 14 and torch >= 2.6, or an Ampere+ GPU); using fp32")
+        args["bf16"] = False
 
 
 def _checked_dims(dims, source: str) -> dict:
@@ -126,6 +124,8 @@ def cuda_only(args: dict, device: str) -> list[str]:
         problems.append(
             f"quantization_bit={args['quantization_bit']!r} needs bitsandbytes on CUDA; this run is on {device}"
         )
+    if args.get("enable_liger_kernel"):
+        problems.append(f"enable_liger_kernel: Liger's kernels are Triton, for CUDA; this run is on {device}")
     return problems
 
 
@@ -134,11 +134,21 @@ def _default_run_name(stage: str, model_preset: str | None, model_path: str) -> 
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{Path(stage).stem}-{model}").lstrip(".")
 
 
+def _own_data(user: dict, stage_args: dict) -> bool:
+    return "dataset" in user and user["dataset"] != stage_args.get("dataset")
+
+
+def _demo_data(args: dict, user: dict, stage_args: dict) -> None:
+    """A stage preset's `dataset_dir: data` is mpskit's demo data, wherever mpskit is installed. With a
+    dataset of their own and no dataset_dir, users keep LLaMA-Factory's default: data/ where they run."""
+    if "dataset_dir" not in user and not _own_data(user, stage_args) and args.get("dataset_dir") == "data":
+        args["dataset_dir"] = str(demo_data_dir())
+
+
 def _evaluation_for_own_data(args: dict, user: dict, stage_args: dict) -> None:
     """A stage preset's eval_dataset belongs to the demo dataset it names. With a dataset of their
     own, users are evaluated on what they give (eval_dataset, val_size), or not at all; it is said."""
-    own_data = "dataset" in user and user["dataset"] != stage_args.get("dataset")
-    if not own_data or "eval_dataset" not in stage_args or "eval_dataset" in user:
+    if not _own_data(user, stage_args) or "eval_dataset" not in stage_args or "eval_dataset" in user:
         return
     del args["eval_dataset"]
     if "val_size" in user:
@@ -192,6 +202,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     distributed = {"ddp_backend": "gloo"} if device == "cpu" and processes != (1, 1) else {}
     args = merge(stage_args, model_args, device_args(hw, device), distributed, hw.args, user)
     args["stage"] = stage_args.get("stage", stage)
+    _demo_data(args, user, stage_args)
     _evaluation_for_own_data(args, user, stage_args)
     check_args(args)
     if device == "mps" and args.get("dataloader_num_workers"):

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.presets import config_dir, load_yaml
+from mpskit.presets import config_dir, demo_data_dir, load_yaml
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2's chat template (system prompt default, no tools), as in Qwen2.5's tokenizer_config.json.
@@ -65,7 +65,7 @@ def build_tiny_model(
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise MpskitError(f"{out} already exists and is not empty", "choose another directory or use it as is")
-    data = Path(data_dir) if data_dir else config_dir().parent / "data"
+    data = Path(data_dir) if data_dir else demo_data_dir()
     if not data.is_dir():
         raise MpskitError(f"data directory {data} not found", "pass --data DIR with the demo datasets")
 

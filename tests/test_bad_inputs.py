@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from mpskit.errors import MpskitError
 from mpskit.memory import GB
-from mpskit.presets import load_yaml, merge, parse_overrides
+from mpskit.presets import load_yaml, merge
 from mpskit.resolve import PLANNER_KEYS, resolve
+from mpskit.run_words import read_run_words
 from mpskit.validate import CHOICES, RANGES, SWITCHES
 
 DATA = ROOT / "data"
@@ -35,6 +36,10 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
 
     write("broken.yaml", "stage: sft\n  lora_rank: [4\n")
     write("list.yaml", "- stage\n- sft\n")
+    write("broken.json", '{"stage": "sft",}')
+    write("batch_fraction.yaml", "per_device_train_batch_size: 2.5\n")
+    write("switch_text.json", '{"bf16": "maybe"}')
+    write("list.json", '["stage", "sft"]')
     write("latin1.yaml", b"stage: sft\nrun_name: caf\xe9\n")
     (work / "folder.yaml").mkdir()
     write("hw_unknown_key.yaml", "kind: cpu\nchip: x\nram_gb: 8\ngpus: 2\n")
@@ -115,6 +120,14 @@ CASES = [
     ("run file not UTF-8", ["train", "{w}/latin1.yaml"], ["cannot read"]),
     ("run file is a folder", ["train", "{w}/folder.yaml"], ["cannot read"]),
     ("unknown key", ["train", "BASE", "lora_rnak=4"], ["unknown key 'lora_rnak'", "lora_rank"]),
+    ("plan: unknown key", ["plan", "BASE", "lora_rnak=4"], ["unknown key 'lora_rnak'", "lora_rank"]),
+    ("plan: unknown --key", ["plan", "BASE", "--learnig_rate", "1e-4"], ["unknown key 'learnig_rate'"]),
+    ("bare flag for a number", ["config", "BASE", "--lora_rank"], ["--lora_rank", "expected one argument"]),
+    ("word value of the wrong type", ["config", "BASE", "--num_train_epochs", "three"], ["invalid float value"]),
+    ("JSON run file broken", ["train", "{w}/broken.json"], ["not valid JSON at line 1"]),
+    ("run file: batch fractional", ["train", "{w}/batch_fraction.yaml", "BASE"], ["whole number"]),
+    ("run file: switch text", ["train", "{w}/switch_text.json", "BASE"], ["bf16='maybe' is not true or false"]),
+    ("JSON run file a list", ["plan", "{w}/list.json"], ["holds a list, not an object"]),
     ("no stage", ["train", "model_preset=tiny"], ["no stage given"]),
     ("unknown stage", ["train", "stage=ppo2", "model_preset=tiny"], ["unknown stages preset"]),
     ("unknown model preset", ["train", "stage=sft", "model_preset=qwen9"], ["unknown models preset"]),
@@ -134,14 +147,14 @@ CASES = [
         ["gone.json"],
     ),  # fmt: skip
     ("batch zero", ["train", "BASE", "per_device_train_batch_size=0"], ["per_device_train_batch_size=0"]),
-    ("batch fractional", ["train", "BASE", "per_device_train_batch_size=2.5"], ["whole number"]),
-    ("cutoff text", ["train", "BASE", "cutoff_len=long"], ["cutoff_len='long'"]),
+    ("batch fractional", ["train", "BASE", "per_device_train_batch_size=2.5"], ["invalid int value: '2.5'"]),
+    ("cutoff text", ["train", "BASE", "cutoff_len=long"], ["--cutoff_len", "invalid int value: 'long'"]),
     ("negative learning rate", ["train", "BASE", "learning_rate=-1e-4"], ["learning_rate"]),
     ("dropout above one", ["train", "BASE", "lora_dropout=1.5"], ["lora_dropout"]),
-    ("switch not boolean", ["train", "BASE", "bf16=yes"], ["bf16='yes' is not true or false"]),
+    ("switch not boolean", ["train", "BASE", "bf16=maybe"], ["--bf16", "Truthy value expected: got maybe"]),
     ("fp16 and bf16", ["train", "BASE", "fp16=true", "bf16=true"], ["both fp16 and bf16"]),
     ("fp16 on the CPU", ["train", "BASE", "fp16=true"], ["fp16 training is not supported on CPU"]),
-    ("attention unknown", ["train", "BASE", "flash_attn=turbo"], ["flash_attn='turbo'"]),
+    ("attention unknown", ["train", "BASE", "flash_attn=turbo"], ["--flash_attn", "invalid choice: 'turbo'"]),
     ("auto on a non-knob", ["train", "BASE", "learning_rate=auto"], ["not a planner knob"]),
     ("device unknown", ["train", "BASE", "device=tpu"], ["device 'tpu'"]),
     ("device not on hardware", ["train", "BASE", "device=mps", "--hardware", "cpu"], ["hardware 'cpu' is cpu"]),
@@ -213,15 +226,15 @@ CASES = [
     ("keep no checkpoints", ["train", "BASE", "save_total_limit=0"], ["save_total_limit=0"]),
     ("seed negative", ["train", "BASE", "seed=-1"], ["seed=-1"]),
     ("rank zero", ["train", "BASE", "lora_rank=0"], ["lora_rank=0"]),
-    ("alpha fractional", ["train", "BASE", "lora_alpha=0.5"], ["lora_alpha=0.5"]),
+    ("alpha fractional", ["train", "BASE", "lora_alpha=0.5"], ["--lora_alpha", "invalid int value: '0.5'"]),
     ("logging every 0 steps", ["train", "BASE", "logging_steps=0"], ["logging_steps=0"]),
     ("no samples", ["train", "BASE", "max_samples=0"], ["max_samples=0"]),
     ("cutoff below 8", ["train", "BASE", "cutoff_len=4"], ["cutoff_len=4"]),
     ("accumulation negative", ["train", "BASE", "gradient_accumulation_steps=-2"], ["gradient_accumulation_steps"]),
-    ("batch boolean", ["train", "BASE", "per_device_train_batch_size=true"], ["per_device_train_batch_size=True"]),
+    ("batch boolean", ["train", "BASE", "per_device_train_batch_size=true"], ["invalid int value: 'true'"]),
     ("max_steps below -1", ["train", "BASE", "max_steps=-5"], ["max_steps=-5"]),
     ("lean logits maybe", ["train", "BASE", "lean_logits=maybe"], ["lean_logits='maybe'"]),
-    ("finetuning type unknown", ["train", "BASE", "finetuning_type=qlora"], ["finetuning_type='qlora'"]),
+    ("finetuning type unknown", ["train", "BASE", "finetuning_type=qlora"], ["invalid choice: 'qlora'"]),
     ("QLoRA on the CPU", ["train", "BASE", "quantization_bit=4"], ["quantization_bit=4", "CUDA"]),
     ("impossible cutoff", ["train", "BASE", "cutoff_len=100000000", "min_cutoff_len=100000000"], ["no setting fits"]),
     ("hardware RAM NaN", ["train", "BASE", "--hardware", "{w}/hw_nan_ram.yaml"], ["ram_gb=nan"]),
@@ -394,7 +407,7 @@ def test_fuzz_yaml_loader(tmp_path_factory, text):
 @given(st.lists(st.text(max_size=15), max_size=6))
 def test_fuzz_command_line_words(words):
     try:
-        assert isinstance(parse_overrides(words), dict)
+        assert isinstance(read_run_words(words).values, dict)
     except MpskitError:
         pass
 

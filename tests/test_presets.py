@@ -4,8 +4,13 @@ import pytest
 from conftest import ROOT
 
 from mpskit.errors import MpskitError
-from mpskit.presets import merge, parse_overrides
+from mpskit.presets import merge
 from mpskit.resolve import resolve
+from mpskit.run_words import read_run_words
+
+
+def parse_overrides(words: list[str]) -> dict:
+    return read_run_words(words).values
 
 
 def test_overrides_accept_both_command_line_styles():
@@ -29,9 +34,10 @@ def test_overrides_accept_both_command_line_styles():
     }
 
 
-def test_override_without_value_is_an_error():
-    with pytest.raises(MpskitError, match="--lora_rank has no value"):
-        parse_overrides(["--lora_rank"])
+def test_a_bare_option_is_a_true_flag_as_in_llamafactory_cli():
+    assert parse_overrides(["--do_train", "--lora_rank", "4"]) == {"do_train": True, "lora_rank": 4}
+    with pytest.raises(MpskitError, match="lora_rank.*not a whole number"):
+        resolve({"stage": "sft", "model_preset": "tiny", **parse_overrides(["--lora_rank"])}, hardware="cpu")
 
 
 def test_later_layers_win():
@@ -109,7 +115,8 @@ def test_cuda_profiles_use_bf16():
 def test_foodpo_preset_extends_dpo():
     dpo = resolve({"stage": "dpo", "model_preset": "tiny"}, hardware="cpu")
     foodpo = resolve({"stage": "foodpo", "model_preset": "tiny"}, hardware="cpu")
-    assert foodpo.layers[:2] == [str(ROOT / "configs/stages/dpo.yaml"), str(ROOT / "configs/stages/foodpo.yaml")]
+    stages = ROOT / "mpskit" / "configs" / "stages"
+    assert foodpo.layers[:2] == [str(stages / "dpo.yaml"), str(stages / "foodpo.yaml")]
     own = {"stage": "foodpo", "pref_beta_scale": 0.05, "foodpo_ppl_source": "policy"}
     assert foodpo.args == {**dpo.args, **own}
 

@@ -1,0 +1,83 @@
+"""Where a user value cannot work on the run's device, mpskit refuses it in one line before anything is
+made, or corrects it with a one-line warning."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+from conftest import run_mpskit
+
+from mpskit.resolve import resolve
+
+
+@pytest.fixture
+def fake_cuda_machine(tmp_path):
+    """An nvidia-smi on PATH that reports one A100, so `train` takes this for a CUDA machine."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA A100-SXM4-80GB, 81920, 8.0'\n")
+    smi.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def base(tiny_model) -> list[str]:
+    return ["train", "stage=sft", "model_preset=tiny", f"model_name_or_path={tiny_model}", "max_steps=1"]
+
+
+@pytest.mark.parametrize(
+    "words, package",
+    [
+        (["quantization_bit=4"], "bitsandbytes"),
+        (["quantization_bit=8"], "bitsandbytes"),
+        (["optim=paged_adamw_8bit"], "bitsandbytes"),
+        (["enable_liger_kernel=true"], "liger_kernel"),
+    ],
+)
+def test_cuda_options_without_their_package_are_refused_before_the_run_folder(
+    words, package, tiny_model, tmp_path, fake_cuda_machine
+):
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here: nothing to refuse")
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run_mpskit(*base(tiny_model), *words, "--hardware", "cuda-80gb", cwd=work, env=fake_cuda_machine)
+    lines = [line for line in result.stderr.splitlines() if "warning" not in line]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and f"needs the {package} package" in lines[0] and "mpskit[cuda]" in lines[0]
+    assert list(work.iterdir()) == []  # no output/, no run folder
+
+
+@pytest.mark.parametrize(
+    "words, needle",
+    [
+        (["quantization_bit=4"], "quantization_bit=4 needs bitsandbytes on CUDA"),
+        (["enable_liger_kernel=true"], "Liger's kernels are Triton"),
+        (["deepspeed=ds.json"], "ds.json) shards training over CUDA GPUs"),
+    ],
+)
+def test_cuda_only_options_off_cuda_are_refused_before_the_run_folder(words, needle, tiny_model, tmp_path):
+    (tmp_path / "ds.json").write_text("{}")
+    result = run_mpskit(*base(tiny_model), *words, "--hardware", "cpu", cwd=tmp_path)
+    lines = [line for line in result.stderr.splitlines() if "warning" not in line]
+    assert result.returncode == 2 and len(lines) == 1 and needle in lines[0], result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.json"]
+
+
+def test_bf16_where_the_chip_lacks_it_becomes_fp32_with_a_warning(capsys):
+    args = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b", "bf16": True}, hardware="m1-pro-16gb").args
+    assert args["bf16"] is False and args["fp16"] is False
+    assert "bf16 does not run on m1-pro-16gb" in capsys.readouterr().err
+    args = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b", "bf16": True}, hardware="m3-max-64gb").args
+    assert args["bf16"] is True  # M3 on macOS 14+ runs it
+
+
+def test_the_planner_offers_qlora_on_cuda_only():
+    """A 3B model on an 8 GB Mac: nothing fits, and 4-bit (bitsandbytes, CUDA only) is not proposed."""
+    words = ["stage=sft", "model_preset=qwen2.5-3b", "--json"]
+    mac = run_mpskit("plan", *words, "--hardware", "m1-8gb")
+    cuda = run_mpskit("plan", *words, "memory_budget_gb=6", "--hardware", "cuda-24gb")
+    assert (mac.returncode, cuda.returncode) == (3, 0)
+    assert '"quantization_bit": 4' not in mac.stdout
+    assert json.loads(cuda.stdout)["chosen"]["knobs"]["quantization_bit"] == 4
