@@ -65,12 +65,14 @@ def test_cuda_only_options_off_cuda_are_refused_before_the_run_folder(words, nee
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.json"]
 
 
-def test_bf16_where_the_chip_lacks_it_becomes_fp32_with_a_warning(capsys):
-    args = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b", "bf16": True}, hardware="m1-pro-16gb").args
+def test_bf16_where_macos_lacks_it_becomes_fp32_with_a_warning(capsys, tmp_path):
+    profile = tmp_path / "m1-macos13.yaml"
+    profile.write_text("kind: apple-silicon\nchip: Apple M1\nram_gb: 16\nmacos: '13.6'\n")
+    args = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b", "bf16": True}, hardware=str(profile)).args
     assert args["bf16"] is False and args["fp16"] is False
-    assert "bf16 does not run on m1-pro-16gb" in capsys.readouterr().err
-    args = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b", "bf16": True}, hardware="m3-max-64gb").args
-    assert args["bf16"] is True  # M3 on macOS 14+ runs it
+    assert "bf16 does not run on m1-macos13" in capsys.readouterr().err
+    args = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b", "bf16": True}, hardware="m1-pro-16gb").args
+    assert args["bf16"] is True  # macOS 14 runs it on an M1 too (emulated: slower, half the memory)
 
 
 def test_the_planner_offers_qlora_on_cuda_only():
