@@ -19,7 +19,7 @@ from mpskit.removed_keys import translate_removed_keys
 from mpskit.validate import check_args, check_number, check_value
 
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
-MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len")
+MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len", "keep_awake")
 DEVICES = ("auto", "mps", "cuda", "cpu")
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -39,6 +39,7 @@ class ResolvedRun:
     pinned: set[str] = field(default_factory=set)  # PLANNER_KEYS the user or the hardware profile set
     processes: tuple[int, int] = (1, 1)  # (per node, nodes): more than one launches through torchrun
     limits: dict = field(default_factory=dict)  # memory_budget_gb, min_cutoff_len
+    keep_awake: bool = True  # on macOS, caffeinate for the life of the run
 
     @property
     def world_size(self) -> int:
@@ -230,6 +231,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
         pinned={key for key in PLANNER_KEYS if key in user or key in hw.args},
         processes=processes,
         limits=_limits(own),
+        keep_awake=_switch(own, "keep_awake", True),
     )
 
 
@@ -240,6 +242,13 @@ def _limits(own: dict) -> dict:
             check_value(key, own[key])
             limits[key] = kind(own[key])
     return limits
+
+
+def _switch(own: dict, key: str, default: bool) -> bool:
+    value = own.get(key, default)
+    if not isinstance(value, bool):
+        raise MpskitError(f"{key}={value!r} is not true or false", f"write {key}=true or {key}=false")
+    return value
 
 
 def absolute_paths(args: dict) -> dict:

@@ -43,6 +43,7 @@ class RunRecord:
     memory: dict = field(default_factory=dict)  # predicted, budget, planner_changes; measured, error
     ladder: dict = field(default_factory=dict)  # free knobs and cutoff floor of the out-of-memory ladder
     processes: list[int] = field(default_factory=lambda: [1, 1])  # per node, nodes
+    keep_awake: bool = True  # macOS: caffeinate while the run trains
     command: list[str] = field(default_factory=list)
     started: str = ""
     versions: dict = field(default_factory=dict)
@@ -157,7 +158,7 @@ def latest_run_dir(root: str | Path = "output") -> Path:
     """The newest run folder that some output/<run>/latest points at."""
     runs = [link.resolve() for link in Path(root).glob("*/latest") if link.is_symlink() and link.resolve().is_dir()]
     if not runs:
-        raise MpskitError(f"no run found under {root}/", "give the run directory: mpskit train --resume RUN_DIR")
+        raise MpskitError(f"no run found under {root}/", "give the run directory, output/<run>/<timestamp>")
     return max(runs, key=lambda path: (path / RECORD).stat().st_mtime if (path / RECORD).exists() else 0)
 
 

@@ -16,6 +16,7 @@ import yaml
 
 from mpskit import knobs, lf, planner
 from mpskit.attempts import Ladder, run_attempts
+from mpskit.awake import kept_awake
 from mpskit.checks import check_device, check_disk, prepare
 from mpskit.errors import MpskitError
 from mpskit.hardware import installed_version
@@ -82,6 +83,7 @@ def write_run_dir(
         memory=memory_record(memory_plan),
         ladder={"free": sorted(ladder.free), "cutoff_floor": ladder.cutoff_floor} if ladder else {},
         processes=list(run.processes),
+        keep_awake=run.keep_awake,
         command=command,
         started=time.strftime("%Y-%m-%dT%H:%M:%S"),
         versions={pkg: installed_version(pkg) for pkg in ("torch", "transformers", "peft", "trl", "llamafactory")},
@@ -163,6 +165,11 @@ def continue_run(run_dir: Path) -> Path:
     checkpoint = last_checkpoint(run_dir)
     if checkpoint is None and record.attempts and not inside_launch():
         print(f"mpskit: {run_dir} has no complete checkpoint; training it again from step 0", file=sys.stderr)
+    with kept_awake(record.keep_awake and not inside_launch()):  # torchrun's processes: their launcher does
+        return _continue(run_dir, record, checkpoint)
+
+
+def _continue(run_dir: Path, record: RunRecord, checkpoint: Path | None) -> Path:
     processes = tuple(record.processes)
     if processes != (1, 1) and not inside_launch():
         return _launch(run_dir, processes)
