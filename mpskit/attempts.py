@@ -102,10 +102,13 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
                 lf.import_engine()  # torch, transformers, LLaMA-Factory: slow the first time
                 from mpskit.callbacks import StopOnDivergence, StopOnSignal, fake_faults
                 from mpskit.monitor import MemoryMonitor
+                from mpskit.progress import ProgressLine
 
                 monitor = MemoryMonitor(device)  # after the imports: its baseline
                 faults = fake_faults() if attempt == first == 1 else []
-                callbacks = [monitor, StopOnSignal(guard), StopOnDivergence(), *faults]
+                predicted = read_record(run_dir).memory.get("predicted", {}).get("training_gb")
+                progress = ProgressLine(monitor, predicted)
+                callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), *faults]
                 logits_path = lf.run(attempt_args, callbacks=callbacks)
         except Stopped as stop:
             outcome = f"stopped by {stop.signal_name} {stop.when}"
