@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test check-install lint demo doctor bench-memory bench-planner tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
+.PHONY: install test check-install lint demo chat doctor bench-memory bench-planner tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
 
 install: $(STAMP)
 
@@ -28,6 +28,9 @@ tiny-model: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/mpskit demo
+
+chat: $(STAMP)
+	$(BIN)/mpskit chat
 
 doctor: $(STAMP)
 	$(BIN)/mpskit doctor

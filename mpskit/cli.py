@@ -134,6 +134,28 @@ def cmd_rank(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chat(ns: argparse.Namespace) -> int:
+    from mpskit.use_run import chat
+
+    chat(ns.run_dir, ns.prompt, ns.max_new_tokens)
+    return 0
+
+
+def cmd_export(ns: argparse.Namespace) -> int:
+    from mpskit.use_run import export
+
+    out = export(ns.run_dir, ns.output)
+    print(f"mpskit: wrote {out} (loads with transformers' AutoModelForCausalLM.from_pretrained)", file=sys.stderr)
+    return 0
+
+
+def cmd_eval(ns: argparse.Namespace) -> int:
+    from mpskit.evaluate import evaluate
+
+    print(evaluate(ns.run_dirs, ns.dataset, ns.dataset_dir), end="")
+    return 0
+
+
 def cmd_tiny_model(ns: argparse.Namespace) -> int:
     from mpskit.tiny import build_tiny_model, ensure_preset_model
 
@@ -194,6 +216,17 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext, usage=USAGE_RUN, add_help=False)
         p.add_argument("words", nargs=argparse.REMAINDER)
     sub.add_parser("ls", help="list the stage, model and hardware presets with their descriptions")
+    p = sub.add_parser("chat", help="chat with a run's adapter (default: the newest run) through LLaMA-Factory")
+    p.add_argument("run_dir", nargs="?")
+    p.add_argument("--prompt", help="answer this once and exit (else a loop on standard input)")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p = sub.add_parser("eval", help="held-out preference accuracy and reward margin of runs against the base model")
+    p.add_argument("run_dirs", nargs="+")
+    p.add_argument("--dataset", help="preference data to judge on (default: a DPO run's own eval_dataset)")
+    p.add_argument("--dataset-dir", help="the folder with its dataset_info.json (default: the run's)")
+    p = sub.add_parser("export", help="merge a run's LoRA into a standalone Hugging Face model folder")
+    p.add_argument("run_dir", nargs="?")
+    p.add_argument("-o", "--output", required=True, help="a new (or empty) folder")
     p = sub.add_parser("tiny-model", help="build the offline demo model (random weights) into DIR")
     p.add_argument("directory", nargs="?", help="default: where the tiny preset looks (once; kept after)")
     p.add_argument("--data", help="folder with the demo datasets (default: data/)")
@@ -220,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         "detect": cmd_detect,
         "env": cmd_env,
         "ls": cmd_ls,
+        "chat": cmd_chat,
+        "export": cmd_export,
+        "eval": cmd_eval,
         "tiny-model": cmd_tiny_model,
         "demo": cmd_demo,
         "doctor": cmd_doctor,

@@ -39,6 +39,12 @@ def _cell(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def markdown_table(columns: tuple[str, ...], rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
 def compare(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
     runs = [summarise_run(Path(d).resolve()) for d in run_dirs]
     out = Path(out_dir)
@@ -47,9 +53,7 @@ def compare(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
         writer = csv.writer(f)
         writer.writerow(COLUMNS)
         writer.writerows([[run[c] for c in COLUMNS] for run in runs])
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_cell(run[c]) for c in COLUMNS) + " |" for run in runs]
-    (out / "comparison.md").write_text("\n".join(lines) + "\n")
+    (out / "comparison.md").write_text(markdown_table(COLUMNS, runs))
     _plot(runs, out / "comparison.png")
     return out
 

@@ -17,6 +17,7 @@ from mpskit.rundir import read_log
 STAGES = ("sft", "dpo", "foodpo")
 # Small enough for a 2-core CPU, large enough that DPO's held-out reward accuracy clearly moves.
 DEMO_ARGS = ["model_preset=tiny", "learning_rate=5e-3", "num_train_epochs=2", "cutoff_len=128"]
+CHAT_PROMPT = "55加1等于多少？"  # a held-out demo question (demo_pref_eval.json)
 
 
 @dataclass
@@ -97,4 +98,17 @@ def run_demo(hardware: str | None = None) -> int:
         print(f"mpskit demo: training {stage} (log: {log_path})", flush=True)
         results.append(run_stage(stage, hardware, log_path))
     print(format_table(results))
+    foodpo = next(result.run_dir for result in results if result.stage == "foodpo")
+    print(f"\nmpskit demo: mpskit chat {os.path.relpath(foodpo)} --prompt '{CHAT_PROMPT}'", flush=True)
+    print(ask(foodpo, CHAT_PROMPT, log_dir / "chat.log"))
     return 0
+
+
+def ask(run_dir: Path, prompt: str, log_path: Path) -> str:
+    """A run's adapter answers once (`mpskit chat --prompt`); its log lines go to log_path."""
+    command = [sys.executable, "-m", "mpskit.cli", "chat", str(run_dir), "--prompt", prompt, "--max-new-tokens", "32"]
+    with open(log_path, "w") as log:
+        answer = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True)
+    if answer.returncode != 0:
+        raise MpskitError("the demo's chat with the fooDPO adapter failed", f"see {log_path}")
+    return answer.stdout.rstrip("\n")

@@ -1,0 +1,64 @@
+"""`mpskit eval`: how well finished runs rank held-out preference pairs, against the base model.
+
+Each run is evaluated by LLaMA-Factory's own DPO workflow with training off: the run's adapter is
+the policy, the base model (the adapter switched off) the reference, so `eval_rewards/accuracies`
+is the share of pairs whose chosen answer gains more log-probability over the base model than the
+rejected one, and `eval_rewards/margins` the mean gap, scaled by pref_beta. Any LoRA run can be
+judged this way (SFT too), on data it did not train on. Results go to <run>/eval/<dataset>-<time>/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from mpskit import lf
+from mpskit.compare import markdown_table
+from mpskit.errors import MpskitError
+from mpskit.foodpo import FOODPO_KEYS
+from mpskit.rundir import YAML
+from mpskit.use_run import inference_args
+
+PREFERENCE_STAGES = ("dpo", "foodpo")
+COLUMNS = ("run", "stage", "eval dataset", "eval_rewards/accuracies", "eval_rewards/margins", "eval_loss")
+KEPT = ("dataset_dir", "cutoff_len", "per_device_eval_batch_size", "pref_beta", "pref_loss", "seed", "use_cpu")
+
+
+def evaluate_run(run_dir: Path, dataset: str | None = None, dataset_dir: str | None = None) -> dict:
+    args = inference_args(run_dir)  # checks the adapter; the run's environment, MPS hidden if it was
+    trained = yaml.safe_load((run_dir / YAML).read_text(encoding="utf-8"))
+    stage = trained.get("stage")
+    dataset = dataset or (trained.get("eval_dataset") if stage in PREFERENCE_STAGES else None)
+    if not dataset:
+        raise MpskitError(f"{run_dir} ({stage}) names no held-out preference data", "give --dataset NAME")
+    out = run_dir / "eval" / f"{dataset.replace(',', '+')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    eval_args = {
+        **{key: trained[key] for key in KEPT if key in trained},
+        **{key: value for key, value in args.items() if key not in ("infer_backend", "infer_dtype")},
+        "stage": "dpo",
+        "ref_model": args["model_name_or_path"],  # without it, an evaluation-only DPO run is its own reference
+        "do_train": False,
+        "do_eval": True,
+        "eval_dataset": dataset,
+        "output_dir": str(out),
+        "report_to": "none",
+        **({"dataset_dir": dataset_dir} if dataset_dir else {}),
+    }
+    out.mkdir(parents=True)
+    with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory prints its metrics; stdout is the table's
+        lf.run({key: value for key, value in eval_args.items() if key not in FOODPO_KEYS})
+    results = json.loads((out / "all_results.json").read_text())
+    row = {"run": os.path.relpath(run_dir), "stage": stage, "eval dataset": dataset}
+    return {**row, **{column: results.get(column) for column in COLUMNS[3:]}}
+
+
+def evaluate(run_dirs: list[str], dataset: str | None = None, dataset_dir: str | None = None) -> str:
+    """The Markdown table over the runs, one row each."""
+    rows = [evaluate_run(Path(run_dir).resolve(), dataset, dataset_dir) for run_dir in run_dirs]
+    return markdown_table(COLUMNS, rows)

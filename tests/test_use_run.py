@@ -1,0 +1,114 @@
+"""Using what a run made: `mpskit chat` answers from the adapter, `mpskit export` writes a model that
+plain transformers loads and that computes what the adapter-wrapped model computes."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_mpskit
+
+
+@pytest.fixture(scope="module")
+def training(tmp_path_factory, tiny_model) -> tuple[Path, str]:
+    """A finished 3-step SFT run on the tiny model: its folder and what it printed."""
+    work = tmp_path_factory.mktemp("use_run")
+    result = run_mpskit(
+        "train", "stage=sft", "model_preset=tiny", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",
+        "max_steps=3", "logging_steps=1", "eval_strategy=no", "learning_rate=0.05", "--hardware", "cpu", cwd=work,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    return next((work / "output").glob("*/latest")).resolve(), result.stderr
+
+
+@pytest.fixture(scope="module")
+def finished_run(training) -> Path:
+    return training[0]
+
+
+@pytest.mark.e2e
+def test_each_logged_step_prints_a_progress_line_and_logs_its_figures(training):
+    run_dir, stderr = training
+    line = re.compile(
+        r"^mpskit: step (\d)/3 \| loss \d+\.\d{4} \| [\d,]+ tokens/s"
+        r" \| peak \d+\.\d\d GB \(predicted \d+\.\d\d\) \| ETA 0:00:\d\d$"
+    )
+    steps = [int(match[1]) for text in stderr.splitlines() if (match := line.match(text))]
+    assert steps == [1, 2, 3], stderr[-3000:]
+    entries = [json.loads(text) for text in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
+    training_entries = [entry for entry in entries if "loss" in entry]
+    assert [entry["current_steps"] for entry in training_entries] == [1, 2, 3]
+    assert all(entry["tokens_per_s"] > 0 and entry["memory_training_gb"] > 0 for entry in training_entries)
+    assert all(entry["memory_predicted_gb"] > 0 for entry in training_entries)
+    assert training_entries[-1]["eta_s"] == 0 and training_entries[0]["eta_s"] > 0
+
+
+@pytest.mark.e2e
+def test_chat_answers_one_prompt_with_the_adapter(finished_run):
+    result = run_mpskit("chat", str(finished_run), "--prompt", "Say hello.", "--max-new-tokens", "8")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"Loaded adapter(s): {finished_run}" in result.stderr  # LLaMA-Factory's own engine, with the run's LoRA
+    assert result.stdout.endswith("\n")  # the answer (random tiny weights: any tokens), printed once
+
+
+@pytest.mark.e2e
+def test_chat_defaults_to_the_newest_run(finished_run):
+    result = run_mpskit("chat", "--prompt", "Hi", "--max-new-tokens", "4", cwd=finished_run.parent.parent.parent)
+    assert result.returncode == 0 and f"Loaded adapter(s): {finished_run}" in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.e2e
+def test_export_writes_a_model_that_computes_what_the_adapter_does(finished_run, tiny_model, tmp_path):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "merged"
+    result = run_mpskit("export", str(finished_run), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    merged = AutoModelForCausalLM.from_pretrained(out).eval()
+    wrapped = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), finished_run).eval()
+    tokens = torch.tensor([[1, 17, 230, 5, 99, 401, 12, 7]])
+    with torch.no_grad():
+        expected, got = wrapped(tokens).logits, merged(tokens).logits
+        base = AutoModelForCausalLM.from_pretrained(tiny_model).eval()(tokens).logits
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(base, expected, atol=1e-4)  # the adapter changed something, so the match means a merge
+
+
+def test_export_refuses_a_folder_that_holds_files(tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "keep.txt").write_text("mine")
+    result = run_mpskit("export", str(tmp_path / "run"), "-o", str(tmp_path / "taken"), cwd=tmp_path)
+    assert result.returncode == 2 and "already exists and is not an empty folder" in result.stderr
+    assert (tmp_path / "taken" / "keep.txt").read_text() == "mine"
+
+
+def test_chat_without_a_finished_adapter_says_so(tmp_path):
+    run = tmp_path / "output" / "r" / "20260101-000000"
+    run.mkdir(parents=True)
+    (run / "mpskit.json").write_text("{}")
+    (run / "llamafactory.yaml").write_text("stage: sft\n")
+    result = run_mpskit("chat", str(run), "--prompt", "hi", cwd=tmp_path)
+    assert result.returncode == 2 and "has no finished adapter (adapter_config.json missing)" in result.stderr
+    assert "mpskit train --resume" in result.stderr
+
+
+@pytest.mark.e2e
+def test_eval_judges_runs_on_held_out_pairs_against_the_base_model(finished_run, tiny_model, tmp_path):
+    work = tmp_path
+    dpo = run_mpskit(
+        "train", "stage=dpo", "model_preset=tiny", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",
+        "max_steps=8", "learning_rate=5e-3", "eval_strategy=no", "run_name=dpo", "--hardware", "cpu", cwd=work,
+    )  # fmt: skip
+    assert dpo.returncode == 0, dpo.stderr[-2000:]
+    result = run_mpskit("eval", "output/dpo/latest", str(finished_run), "--dataset", "demo_pref_eval", cwd=work)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in result.stdout.splitlines()]
+    header, _, dpo_row, sft_row = rows
+    assert header == ["run", "stage", "eval dataset", "eval_rewards/accuracies", "eval_rewards/margins", "eval_loss"]
+    assert (dpo_row[1], sft_row[1], dpo_row[2]) == ("dpo", "sft", "demo_pref_eval")
+    dpo_accuracy, dpo_margin, sft_margin = float(dpo_row[3]), float(dpo_row[4]), float(sft_row[4])
+    assert 0 <= float(sft_row[3]) <= 1 and dpo_accuracy > 0.6  # DPO learnt the demo preferences
+    assert dpo_margin > 0.05 and dpo_margin > sft_margin  # against the base model, not against itself
+    assert len(list((work / "output" / "dpo").glob("*/eval/demo_pref_eval-*/all_results.json"))) == 1
