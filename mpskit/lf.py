@@ -44,7 +44,13 @@ ARGUMENT_SOURCES = {"llamafactory": "hparams/*.py", "transformers": "training_ar
 def key_names() -> set[str]:
     """known_keys() read from the installed sources with `ast`, without importing them (torch takes
     seconds), for `mpskit plan`. A test checks that both give the same set."""
-    classes: dict[tuple[str, str], tuple[list[str], set[str]]] = {}  # (package, name) -> (bases, fields)
+    return set(argument_annotations())
+
+
+def argument_annotations() -> dict[str, str | None]:
+    """Each key of llamafactory-cli train's argument classes and its type annotation as source text
+    (None where the field names choices), read with `ast` from the installed sources."""
+    classes: dict[tuple[str, str], tuple[list[str], dict]] = {}  # (package, name) -> (bases, fields)
     aliases: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (package, local name) -> where it comes from
     for package, pattern in ARGUMENT_SOURCES.items():
         spec = importlib.util.find_spec(package)
@@ -59,32 +65,35 @@ def key_names() -> set[str]:
                         aliases.setdefault((package, node.targets[0].id), []).append((package, node.value.id))
                 elif isinstance(node, ast.ClassDef):
                     bases = [getattr(base, "id", None) or getattr(base, "attr", "") for base in node.bases]
-                    classes[(package, node.name)] = (bases, {_field_name(item) for item in node.body} - {None})
+                    fields = dict(field for field in map(_field, node.body) if field)
+                    classes[(package, node.name)] = (bases, fields)
 
-    def fields_of(package: str, name: str, depth: int = 0) -> set[str] | None:
+    def fields_of(package: str, name: str, depth: int = 0) -> dict | None:
         if (package, name) in classes:
             bases, own = classes[(package, name)]
-            return own.union(*(fields_of(package, base, depth + 1) or set() for base in bases))
+            inherited = [fields_of(package, base, depth + 1) or {} for base in reversed(bases)]
+            return {key: value for fields in [*inherited, own] for key, value in fields.items()}
         for source in aliases.get((package, name), []) if depth < 10 else []:
             if source != (package, name) and (found := fields_of(*source, depth + 1)) is not None:
                 return found
         return None
 
-    return set().union(*(fields_of("llamafactory", name) or set() for name in ARGUMENT_CLASSES))
+    return {key: value for name in ARGUMENT_CLASSES for key, value in (fields_of("llamafactory", name) or {}).items()}
 
 
-def _field_name(node: ast.stmt) -> str | None:
-    """The dataclass init field a class-body statement declares, if any."""
+def _field(node: ast.stmt) -> tuple[str, str | None] | None:
+    """(name, annotation) of the dataclass init field a class-body statement declares, if any."""
     if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
         return None
-    if "ClassVar" in ast.unparse(node.annotation):
+    annotation = ast.unparse(node.annotation)
+    if "ClassVar" in annotation:
         return None
     value = node.value
     if isinstance(value, ast.Call) and any(
         kw.arg == "init" and isinstance(kw.value, ast.Constant) and kw.value.value is False for kw in value.keywords
     ):
         return None
-    return node.target.id
+    return node.target.id, None if value is not None and "'choices'" in ast.unparse(value) else annotation
 
 
 def check_keys(args: dict, keys: set[str] | None = None) -> None:
@@ -100,11 +109,59 @@ def check_keys(args: dict, keys: set[str] | None = None) -> None:
             raise MpskitError(f"unknown key '{key}'", hint)
 
 
+TRUE_WORDS, FALSE_WORDS = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")  # transformers' string_to_bool
+
+
 def typed_words(texts: dict[str, str | None]) -> dict:
-    """Command-line word values typed as `llamafactory-cli train --key value` types them: by
-    LLaMA-Factory's own HfArgumentParser. Keys it does not know (mpskit's, misspelt ones), `stage`
-    (mpskit adds foodpo to its choices) and the planner's `auto` are left out, for the caller's own
-    reading and key check."""
+    """Command-line word values typed as `llamafactory-cli train --key value` types them. Keys it does
+    not know (mpskit's, misspelt ones), `stage` (mpskit adds foodpo to its choices), the planner's
+    `auto` and empty values (`eval_dataset=` unsets, as OmegaConf reads it; HfArgumentParser would
+    keep "") are left out, for the caller's own reading and key check.
+
+    A key whose field is plainly str, int, float or bool (optional or not) is typed here with the
+    function HfArgumentParser itself would call (str, int, float, its string_to_bool), from the
+    annotation read with `ast`; anything else (choices, lists, unions, an unconvertible value) goes
+    through LLaMA-Factory's own HfArgumentParser, which imports torch (seconds) and words its errors."""
+    annotations = argument_annotations()
+    wanted = {
+        key: text for key, text in texts.items() if key in annotations and key != "stage" and text not in ("auto", "")
+    }
+    typed, rest = {}, {}
+    for key, text in wanted.items():
+        value = _typed_plainly(_plain_type(annotations[key]), text)
+        if value is None:
+            rest[key] = text
+        else:
+            typed[key] = value
+    return {**typed, **(_typed_by_llamafactory(rest) if rest else {})}
+
+
+def _plain_type(annotation: str | None) -> str | None:
+    """'str', 'int', 'float' or 'bool' for such a field, Optional or `| None` included ('bool or None':
+    HfArgumentParser takes a bare flag for a plain bool only); else None."""
+    text = (annotation or "").replace(" ", "")
+    bare = text.replace("|None", "").replace("None|", "")
+    if bare.startswith("Optional[") and bare.endswith("]"):
+        bare = bare[len("Optional[") : -1]
+    if bare == "bool" and text != "bool":
+        return "bool or None"
+    return bare if bare in ("str", "int", "float", "bool") else None
+
+
+def _typed_plainly(kind: str | None, text: str | None):
+    """The value, or None where HfArgumentParser must decide (and word the error)."""
+    if kind in ("bool", "bool or None") and not (text is None and kind != "bool"):
+        low = "true" if text is None else text.lower()
+        return True if low in TRUE_WORDS else False if low in FALSE_WORDS else None
+    if kind is None or text is None:
+        return None
+    try:
+        return {"str": str, "int": int, "float": float}[kind](text)
+    except ValueError:
+        return None
+
+
+def _typed_by_llamafactory(texts: dict[str, str | None]) -> dict:
     from llamafactory.hparams.parser import _TRAIN_ARGS
     from transformers import HfArgumentParser
 
@@ -113,14 +170,9 @@ def typed_words(texts: dict[str, str | None]) -> dict:
 
     parser = HfArgumentParser(_TRAIN_ARGS)
     parser.error = refuse
-    known = {
-        key: text
-        for key, text in texts.items()
-        if f"--{key}" in parser._option_string_actions and key != "stage" and text != "auto"
-    }
-    words = [f"--{key}" if text is None else f"--{key}={text}" for key, text in known.items()]
+    words = [f"--{key}" if text is None else f"--{key}={text}" for key, text in texts.items()]
     namespace, _ = parser.parse_known_args(words)
-    return {key: getattr(namespace, key) for key in known}
+    return {key: getattr(namespace, key) for key in texts}
 
 
 def yaml_text(args: dict) -> str:

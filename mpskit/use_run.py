@@ -5,6 +5,7 @@ hid it, before LLaMA-Factory (and torch) load."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -49,9 +50,10 @@ def inference_args(run_dir: str | Path | None) -> dict:
 def chat(run_dir: str | Path | None, prompt: str | None = None, max_new_tokens: int = 256) -> None:
     """One answer to `prompt`, or a loop on standard input (`exit` ends it, `clear` forgets)."""
     args = inference_args(run_dir)
-    from llamafactory.chat import ChatModel
+    with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory logs to stdout; there, only answers
+        from llamafactory.chat import ChatModel
 
-    model = ChatModel({**args, "max_new_tokens": max_new_tokens})
+        model = ChatModel({**args, "max_new_tokens": max_new_tokens})
     if prompt is not None:
         print(model.chat([{"role": "user", "content": prompt}])[0].response_text)
         return
@@ -80,7 +82,8 @@ def export(run_dir: str | Path | None, out_dir: str | Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise MpskitError(f"{out} already exists and is not an empty folder", "give -o a new folder")
     args = inference_args(run_dir)
-    from llamafactory.train.tuner import export_model
+    with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory's log lines
+        from llamafactory.train.tuner import export_model
 
-    export_model({**args, "export_dir": str(out)})
+        export_model({**args, "export_dir": str(out)})
     return out

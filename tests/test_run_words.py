@@ -76,3 +76,30 @@ def test_bare_flags_and_both_word_styles_without_llamafactory():
 
 def test_plan_reads_keys_without_importing_llamafactory():
     assert lf.key_names() == lf.known_keys()
+
+
+def test_plain_fields_are_typed_as_hfargumentparser_types_them():
+    """mpskit types a plainly str/int/float/bool field without importing LLaMA-Factory: each value it
+    gives equals HfArgumentParser's, for every such key of the five argument classes."""
+    from llamafactory.hparams.parser import _TRAIN_ARGS
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(_TRAIN_ARGS)
+    kinds = {key: lf._plain_type(annotation) for key, annotation in lf.argument_annotations().items()}
+    checked = 0
+    for text in [None, "1", "0", "yes", "No", "T", "3.5", "1e-4", "123", "abc", "true", "-2", "1_000", " 7", "None"]:
+        typed = {key: lf._typed_plainly(kind, text) for key, kind in kinds.items() if kind}
+        typed = {key: value for key, value in typed.items() if value is not None}
+        words = [word for key in typed for word in ([f"--{key}"] if text is None else [f"--{key}={text}"])]
+        namespace, unknown = parser.parse_known_args(words)
+        assert not unknown
+        for key, value in typed.items():
+            assert (getattr(namespace, key), type(getattr(namespace, key))) == (value, type(value)), (key, text)
+        checked += len(typed)
+    assert checked > 1500 and {"str", "int", "float", "bool", "bool or None"} <= set(kinds.values())
+
+
+def test_an_empty_value_unsets_the_key_as_omegaconf_reads_it():
+    """`eval_dataset=` means none. HfArgumentParser would keep "" (LLaMA-Factory then fails on dataset "")."""
+    assert read_run_words(["eval_dataset="]).values == {"eval_dataset": None}
+    assert lf.typed_words({"eval_dataset": "", "lora_rank": "4"}) == {"lora_rank": 4}

@@ -111,4 +111,5 @@ def test_eval_judges_runs_on_held_out_pairs_against_the_base_model(finished_run,
     dpo_accuracy, dpo_margin, sft_margin = float(dpo_row[3]), float(dpo_row[4]), float(sft_row[4])
     assert 0 <= float(sft_row[3]) <= 1 and dpo_accuracy > 0.6  # DPO learnt the demo preferences
     assert dpo_margin > 0.05 and dpo_margin > sft_margin  # against the base model, not against itself
-    assert len(list((work / "output" / "dpo").glob("*/eval/demo_pref_eval-*/all_results.json"))) == 1
+    results = {path.resolve() for path in (work / "output" / "dpo").glob("*/eval/demo_pref_eval-*/all_results.json")}
+    assert len(results) == 1  # in the run's folder (also reached through `latest`)
