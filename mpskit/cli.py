@@ -26,8 +26,8 @@ USAGE_RUN = (
 
 
 def _resolve_from_words(words: list[str], typed: bool = True):
-    """The run the words describe, and -o's file. `typed`: word values typed by LLaMA-Factory's argument
-    classes, as llamafactory-cli types them (imports LLaMA-Factory; `plan` goes without)."""
+    """The run the words describe, and -o's file. `typed`: word values typed as llamafactory-cli types
+    them (lf.typed_words); `plan` reads them as YAML scalars, which gives the same numbers."""
     from mpskit.resolve import resolve
     from mpskit.run_words import read_run_words
 
@@ -188,6 +188,12 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors as mpskit's one line instead of a usage block."""
 
@@ -219,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("chat", help="chat with a run's adapter (default: the newest run) through LLaMA-Factory")
     p.add_argument("run_dir", nargs="?")
     p.add_argument("--prompt", help="answer this once and exit (else a loop on standard input)")
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=_positive_int, default=256)
     p = sub.add_parser("eval", help="held-out preference accuracy and reward margin of runs against the base model")
     p.add_argument("run_dirs", nargs="+")
     p.add_argument("--dataset", help="preference data to judge on (default: a DPO run's own eval_dataset)")

@@ -113,3 +113,9 @@ def test_eval_judges_runs_on_held_out_pairs_against_the_base_model(finished_run,
     assert dpo_margin > 0.05 and dpo_margin > sft_margin  # against the base model, not against itself
     results = {path.resolve() for path in (work / "output" / "dpo").glob("*/eval/demo_pref_eval-*/all_results.json")}
     assert len(results) == 1  # in the run's folder (also reached through `latest`)
+
+
+def test_chat_refuses_a_token_count_below_one(tmp_path):
+    result = run_mpskit("chat", "--prompt", "hi", "--max-new-tokens", "0", cwd=tmp_path)
+    assert result.returncode == 2 and "'0' is not a whole number of at least 1" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
