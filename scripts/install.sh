@@ -19,7 +19,10 @@ fi
 pip=("$VENV/bin/pip" install --quiet -c constraints.txt)
 "$VENV/bin/pip" install --quiet --upgrade pip
 if [ "$TORCH_INDEX" != pypi ]; then
-  "${pip[@]}" --retries 1 --timeout 30 --extra-index-url "$TORCH_INDEX" torch torchvision \
-    || echo "mpskit: no torch from $TORCH_INDEX; PyPI's comes instead (CUDA libraries included)" >&2
+  if "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=20)' "$TORCH_INDEX/torch/" 2>/dev/null; then
+    "${pip[@]}" --extra-index-url "$TORCH_INDEX" torch torchvision
+  else
+    echo "mpskit: $TORCH_INDEX cannot be reached; PyPI's torch comes instead (CUDA libraries included)" >&2
+  fi
 fi
 "${pip[@]}" -e ".[$EXTRAS]"
