@@ -63,6 +63,13 @@ def export_environment(run: ResolvedRun) -> dict[str, str]:
     return env
 
 
+def enter_run_environment(record: RunRecord) -> None:
+    """The environment a written run trained in, here: its MPS variables, and MPS hidden if it was."""
+    os.environ.update(record.environment)
+    if record.mps_hidden:
+        hide_accelerators()
+
+
 def write_run_dir(
     run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan=None, ladder: Ladder | None = None
 ) -> Path:
@@ -173,9 +180,7 @@ def _continue(run_dir: Path, record: RunRecord, checkpoint: Path | None) -> Path
     processes = tuple(record.processes)
     if processes != (1, 1) and not inside_launch():
         return _launch(run_dir, processes)
-    os.environ.update(record.environment)
-    if record.mps_hidden:
-        hide_accelerators()
+    enter_run_environment(record)
     args = yaml.safe_load((run_dir / YAML).read_text(encoding="utf-8"))
     if lf.LEAN_KEY in record.llamafactory_args:  # mpskit's own key, not in the YAML
         args[lf.LEAN_KEY] = record.llamafactory_args[lf.LEAN_KEY]

@@ -6,7 +6,6 @@ hid it, before LLaMA-Factory (and torch) load."""
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ EXPORT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # else float32: what th
 
 def inference_args(run_dir: str | Path | None) -> dict:
     """LLaMA-Factory's inference arguments for a finished run's adapter (default: the newest run)."""
-    from mpskit.train import hide_accelerators
+    from mpskit.train import enter_run_environment
 
     run_dir = Path(run_dir).resolve() if run_dir else latest_run_dir()
     if not is_run_dir(run_dir):
@@ -33,9 +32,7 @@ def inference_args(run_dir: str | Path | None) -> dict:
             f"finish the run first: mpskit train --resume {run_dir}",
         )
     record = read_record(run_dir)
-    os.environ.update(record.environment)
-    if record.mps_hidden:
-        hide_accelerators()
+    enter_run_environment(record)
     args = yaml.safe_load((run_dir / YAML).read_text(encoding="utf-8"))
     keys = ("model_name_or_path", "template", "finetuning_type", "trust_remote_code", "cache_dir")
     dtype = next((name for key, name in EXPORT_DTYPES.items() if args.get(key)), "float32")
