@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mpskit.budget import SAFETY_MARGIN
+from mpskit.duration import RunDuration, run_duration
 from mpskit.errors import MpskitError
 from mpskit.hardware import Hardware, load_hardware, profile_names
 from mpskit.knobs import as_words, to_args
@@ -83,6 +84,15 @@ def plan_run(run: ResolvedRun) -> Plan:
         args = _args_on(run, run.hardware, run.device)
         result.would_fit += what_would_fit(result, args, run.hardware, run.pinned) + _fits_elsewhere(run, dims)
     return result
+
+
+def plan_duration(run: ResolvedRun, result: Plan) -> RunDuration | None:
+    """How long the chosen setting trains the run, from the same figures the search ranked it by."""
+    if not result.fits:
+        return None
+    chosen = result.chosen
+    return run_duration(run.args, chosen.knobs, chosen.speed, run.stage, result.effective_batch, run.world_size,
+                        result.throughput)  # fmt: skip
 
 
 def _args_on(run: ResolvedRun, hw: Hardware, device: str) -> dict:

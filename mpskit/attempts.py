@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import shlex
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,10 +59,22 @@ def _record_attempt(run_dir: Path, attempt: dict, measured: dict, samples: list)
         predicted = memory.get("predicted", {}).get("training_gb")
         if predicted and measured["training_gb"] > 0:
             memory["error"] = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
+        _add_measured_time(record.duration, measured["step_seconds"], attempt["outcome"] == "finished")
 
     memory = update_record(run_dir, change).memory
     if measured:
         plot_memory(run_dir, samples, measured, memory.get("predicted", {}).get("training_gb"), memory.get("budget_gb"))
+
+
+def _add_measured_time(duration: dict, step_seconds: list[float], finished: bool) -> None:
+    """The training steps' time over every attempt so far, and once finished, the prediction's error."""
+    duration["measured_s"] = round(duration.get("measured_s", 0) + sum(step_seconds), 2)
+    duration["measured_steps"] = duration.get("measured_steps", 0) + len(step_seconds)
+    if step_seconds:
+        duration["measured_step_s"] = round(statistics.median(step_seconds[1:] or step_seconds), 4)
+    predicted = duration.get("predicted_s")
+    if finished and predicted and duration["measured_s"] > 0:
+        duration["error"] = round((predicted - duration["measured_s"]) / duration["measured_s"], 4)
 
 
 def _measured(monitor) -> tuple[dict, list]:

@@ -60,6 +60,25 @@ def check_datasets(args: dict) -> None:
                 _check_rows(path, _read_rows(path), required_columns(entry, stage))
 
 
+def training_rows(args: dict) -> int | None:
+    """Rows of the training datasets (max_samples applies to each, as in LLaMA-Factory), before
+    val_size; None when one is not a local JSON or JSON Lines file this can read."""
+    dataset_dir = Path(str(args.get("dataset_dir", "data")))
+    names = [name.strip() for name in str(args.get("dataset") or "").split(",") if name.strip()]
+    total = 0
+    try:
+        info = json.loads((dataset_dir / "dataset_info.json").read_text(encoding="utf-8"))
+        for name in names:
+            path = dataset_dir / str(info[name]["file_name"])
+            if path.suffix not in (".json", ".jsonl"):
+                return None
+            rows = len(_read_rows(path))
+            total += min(rows, int(args.get("max_samples") or rows))
+    except (OSError, ValueError, KeyError, TypeError, MpskitError):
+        return None
+    return total or None
+
+
 def _check_stage(name: str, entry: dict, stage: str) -> None:
     ranking = bool(entry.get("ranking"))
     if stage in PREFERENCE_STAGES and not ranking:

@@ -45,6 +45,7 @@ class Hardware:
     gpu_count: int = 0
     cuda_bf16: bool = False  # compute capability >= 8.0
     flash_attn: bool = False  # FlashAttention-2 (flash-attn) installed there: the planner may offer fa2
+    throughput: dict = field(default_factory=dict)  # flops_per_s, step_overhead_s, source, measured (duration.py)
     args: dict = field(default_factory=dict)
     source: str = "detected"
 
@@ -144,6 +145,24 @@ def _check_facts(data: dict, source: str) -> None:
     for key in SWITCH_FACTS:
         if key in data and not isinstance(data[key], bool):
             raise MpskitError(f"hardware profile {source}: {key}={data[key]!r} is not a switch", "write true or false")
+    _check_throughput(data.get("throughput"), source)
+
+
+def _check_throughput(figures, source: str) -> None:
+    """flops_per_s, step_overhead_s and source are required, measured is optional (duration.py)."""
+    if figures is None:
+        return
+    where = f"hardware profile {source}: throughput"
+    fix = "write throughput: {flops_per_s: 1.5e12, step_overhead_s: 0.05, source: 'how you know them'}"
+    if not isinstance(figures, dict) or not {"flops_per_s", "step_overhead_s", "source"} <= set(figures):
+        raise MpskitError(f"{where} needs flops_per_s, step_overhead_s and source", fix)
+    unknown = sorted(set(figures) - {"flops_per_s", "step_overhead_s", "source", "measured"})
+    if unknown:
+        raise MpskitError(f"{where} has unknown key(s) {', '.join(unknown)}", fix)
+    check_number(f"{where}.flops_per_s", figures["flops_per_s"], "positive", 0, fix=fix)
+    check_number(f"{where}.step_overhead_s", figures["step_overhead_s"], "number", 0, fix=fix)
+    if not isinstance(figures.get("measured", False), bool):
+        raise MpskitError(f"{where}.measured={figures['measured']!r} is not a switch", "write true or false")
 
 
 def _from_mapping(data: dict, name: str, source: str) -> Hardware:

@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 
 from mpskit.budget import SAFETY_MARGIN, Budget, budget_for
+from mpskit.duration import Throughput, throughput_for, tokens_per_second
 from mpskit.hardware import Hardware, bf16_is_fast, bf16_supported
 from mpskit.knobs import (
     DEFAULT_CUTOFF_FLOOR,
@@ -27,18 +28,14 @@ from mpskit.knobs import (
     lower_cutoffs,
     lower_ranks,
 )
-from mpskit.memory import GB, Estimate, ModelDims, estimate, sequences_per_step
-
-# Rough sustained rates (flop/s) and the fixed cost of one micro-step (s): they only rank settings
-# against each other on one machine, so their ratio matters more than their values.
-DEVICE_SPEED = {"cpu": (5e10, 0.03), "mps": (3e12, 0.05), "cuda": (2e14, 0.02)}
+from mpskit.memory import GB, Estimate, ModelDims, estimate
 
 
 @dataclass
 class Option:
     knobs: Knobs
     estimate: Estimate
-    speed: float  # predicted tokens per second, relative units
+    speed: float  # predicted tokens per second
 
 
 @dataclass
@@ -55,32 +52,11 @@ class Plan:
     effective_batch: int = 1
     free: set[str] = field(default_factory=set)  # the knobs the search could move
     smallest: Option | None = None  # when nothing fits: the setting that needs the least
+    throughput: Throughput | None = None  # the figures behind every option's speed
 
     @property
     def fits(self) -> bool:
         return self.chosen is not None
-
-
-def predicted_speed(dims: ModelDims, knobs: Knobs, stage: str, device: str, half_is_fast: bool = True) -> float:
-    """Tokens per second from a flop count: forward 2N per token plus attention, backward about
-    twice the forward's activations work (frozen weights need no weight gradient; LoRA's are tiny),
-    one more forward with checkpointing, DPO's reference forward; eager attention does its matrix
-    work twice over (scores kept, softmax materialised); plus a fixed cost per micro-step."""
-    rate, fixed_s = DEVICE_SPEED.get(device, DEVICE_SPEED["cpu"])
-    attention_work = {"eager": 2.0, "sdpa": 1.0, "fa2": 0.9}[knobs.attention]
-    layer_flops = 2 * dims.layer_params() + 4 * knobs.cutoff_len * dims.hidden * attention_work
-    layers = dims.layers * layer_flops
-    head = 2 * dims.vocab * dims.hidden
-    per_token = 2 * (layers + head) + (layers if knobs.checkpointing else 0)
-    if stage in ("dpo", "foodpo"):
-        per_token += layers + head  # reference forward under no_grad
-    if knobs.dtype != "fp32" and device != "cpu":
-        # 16-bit halves the bytes moved where the hardware has it; M1/M2 emulate bf16 (assumed 20% slower)
-        per_token *= 0.5 if half_is_fast else 1.25
-    # assumed costs: dequantizing 4/8-bit weights in every matmul; ZeRO-3 gathering weights per layer
-    per_token /= (0.75 if knobs.quantization_bit else 1.0) * (0.8 if knobs.zero_stage >= 3 else 1.0)
-    tokens = sequences_per_step(stage, knobs.batch) * knobs.cutoff_len
-    return tokens / (fixed_s + tokens * per_token / rate)
 
 
 def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effective: int, floor: int) -> list[Knobs]:
@@ -110,12 +86,6 @@ def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effectiv
             cutoffs, ranks, batches, checkpointing, attentions, dtypes, cuda
         )
     ]  # fmt: skip
-
-
-def _option(dims: ModelDims, knobs: Knobs, stage: str, device: str, half_is_fast: bool) -> Option:
-    return Option(
-        knobs, estimate(dims, knobs, stage, device), predicted_speed(dims, knobs, stage, device, half_is_fast)
-    )
 
 
 def preference(option: Option) -> tuple:
@@ -148,19 +118,24 @@ def plan(
     asked = from_args(args, world_size)
     effective = effective_batch(args)
     half_is_fast = device != "mps" or bf16_is_fast(hw)
-    asked_option = _option(dims, asked, stage, device, half_is_fast)
+    speed = throughput_for(hw.throughput, hw.device, device)
+
+    def option(knobs: Knobs) -> Option:
+        return Option(knobs, estimate(dims, knobs, stage, device),
+                      tokens_per_second(dims, knobs, stage, device, speed, half_is_fast))  # fmt: skip
+
+    asked_option = option(asked)
     budget = budget_for(hw, device, asked_option.estimate.framework, budget_gb, processes_per_node)
     limit = budget.training_bytes * (1 - SAFETY_MARGIN)
     if asked.finetuning != "lora":
         pinned = set(pinned) | {"lora_rank"}
     free = free_knobs(set(pinned))
     floor = cutoff_floor or DEFAULT_CUTOFF_FLOOR
-    options = [
-        _option(dims, k, stage, device, half_is_fast) for k in candidates(asked, free, hw, device, effective, floor)
-    ]
+    options = [option(k) for k in candidates(asked, free, hw, device, effective, floor)]
     fitting = [o for o in options if o.estimate.training <= limit]
     fitting.sort(key=preference, reverse=True)
-    result = Plan(stage, device, dims, budget, asked_option, fitting[0] if fitting else None, effective_batch=effective)
+    chosen = fitting[0] if fitting else None
+    result = Plan(stage, device, dims, budget, asked_option, chosen, effective_batch=effective, throughput=speed)
     result.free = free
     if fitting:
         result.alternatives = _alternatives(fitting)

@@ -41,6 +41,7 @@ class RunRecord:
     llamafactory_args: dict = field(default_factory=dict)  # the YAML's arguments plus lean_logits
     model_dims: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)  # predicted, budget, planner_changes; measured, error
+    duration: dict = field(default_factory=dict)  # predicted (duration.RunDuration); measured_s, error
     ladder: dict = field(default_factory=dict)  # free knobs and cutoff floor of the out-of-memory ladder
     processes: list[int] = field(default_factory=lambda: [1, 1])  # per node, nodes
     keep_awake: bool = True  # macOS: caffeinate while the run trains

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from mpskit import knobs, lf, planner
+from mpskit.advice import plan_duration
 from mpskit.attempts import Ladder, run_attempts
 from mpskit.awake import kept_awake
 from mpskit.checks import check_device, check_disk, prepare
@@ -88,6 +89,7 @@ def write_run_dir(
         llamafactory_args=args,
         model_dims=run.model_dims,
         memory=memory_record(memory_plan),
+        duration=duration.as_dict() if memory_plan and (duration := plan_duration(run, memory_plan)) else {},
         ladder={"free": sorted(ladder.free), "cutoff_floor": ladder.cutoff_floor} if ladder else {},
         processes=list(run.processes),
         keep_awake=run.keep_awake,

@@ -80,6 +80,20 @@ def test_the_planner_chose_the_free_knobs_and_the_monitor_measured_them(sft_run)
     assert (sft_run / "memory.png").stat().st_size > 10_000
 
 
+def test_the_run_records_its_predicted_and_measured_duration(sft_run):
+    """The steps predicted before the run are the steps the trainer ran (epochs over the demo set),
+    and the measured time is the monitor's, summed over its steps."""
+    duration = json.loads((sft_run / "mpskit.json").read_text())["duration"]
+    memory = json.loads((sft_run / "mpskit.json").read_text())["memory"]
+    rows = [json.loads(line) for line in (sft_run / "trainer_log.jsonl").read_text().splitlines()]
+    assert duration["steps"] == rows[-1]["total_steps"] == duration["measured_steps"]
+    assert duration["predicted_s"] == pytest.approx(duration["steps"] * duration["predicted_step_s"], abs=0.1)
+    assert duration["measured_s"] == pytest.approx(sum(memory["measured"]["step_seconds"]), abs=0.05)
+    assert duration["error"] == pytest.approx(
+        (duration["predicted_s"] - duration["measured_s"]) / duration["measured_s"], abs=1e-2
+    )
+
+
 def test_dpo_learns_the_held_out_preference(dpo_run):
     assert_trained(dpo_run)
     results = json.loads((dpo_run / "all_results.json").read_text())
