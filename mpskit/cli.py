@@ -15,7 +15,7 @@ NOTHING_FITS = 3  # `mpskit plan`: the report is printed, and no setting fits
 
 USAGE_RUN = (
     "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] "
-    "[-o FILE [--force]] [--json]\n"
+    "[-o FILE [--force]] [--json] [--probe]\n"
     "mpskit train --resume [RUN_DIR]   continue a stopped or killed run from its last checkpoint\n"
     "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
     "  model_preset (configs/models), hardware (configs/hardware), device (auto|mps|cuda|cpu), run_name,\n"
@@ -96,20 +96,28 @@ def cmd_config(words: list[str]) -> int:
 
 
 def cmd_plan(words: list[str]) -> int:
-    """The memory plan for a run; no torch import, so it answers at once. Exit code 3 when no
-    setting fits, so scripts can tell."""
+    """The memory plan for a run and how long it takes; no torch import, so it answers at once (with
+    --probe, after timing a few real steps). Exit code 3 when no setting fits, so scripts can tell."""
     from mpskit import lf
-    from mpskit.advice import plan_run
+    from mpskit.advice import plan_duration, plan_run
     from mpskit.plan_report import plan_as_dict, plan_lines
+    from mpskit.probe import check_probe_machine, probe
 
-    as_json = "--json" in words
-    run, _ = _resolve_from_words([w for w in words if w != "--json"], typed=False)
+    as_json, probing = "--json" in words, "--probe" in words
+    words = [w for w in words if w not in ("--json", "--probe")]
+    run, _ = _resolve_from_words(words, typed=False)
     lf.check_keys(run.args, lf.key_names())
+    if probing:
+        check_probe_machine(run.hardware)
     memory_plan = plan_run(run)
+    duration = plan_duration(run, memory_plan)
+    timed = probe(words, memory_plan, run.world_size) if probing and memory_plan.fits else None
+    if probing and not memory_plan.fits:
+        print("mpskit: no probe: no setting fits", file=sys.stderr)
     if as_json:
-        print(json.dumps(plan_as_dict(run, memory_plan), indent=2))
+        print(json.dumps(plan_as_dict(run, memory_plan, duration, timed), indent=2))
     else:
-        print("\n".join(plan_lines(run, memory_plan)))
+        print("\n".join(plan_lines(run, memory_plan, duration, timed)))
     return 0 if memory_plan.fits else NOTHING_FITS
 
 
@@ -215,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "detect":
             p.add_argument("--json", action="store_true")
     for name, helptext in (
-        ("plan", "memory estimate, budget and the fastest setting that fits (--json for scripts)"),
+        ("plan", "memory, budget, the fastest setting that fits and how long it takes (--json, --probe)"),
         ("config", "write the LLaMA-Factory YAML for a run (-o FILE, or stdout)"),
         ("train", "train through LLaMA-Factory's run_exp; writes output/<run>/<timestamp>/"),
     ):

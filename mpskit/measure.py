@@ -21,6 +21,9 @@ from mpskit.memory import sequences_per_step
 from mpskit.presets import demo_data_dir
 from mpskit.rundir import read_record
 
+# Words that leave a run only its training steps: no evaluation, checkpoints or plots; a log line a step.
+TIMED_ONLY = ("eval_dataset=", "eval_strategy=no", "logging_steps=1", "save_strategy=no", "plot_loss=false")
+
 
 @dataclass(frozen=True)
 class Case:
@@ -81,34 +84,39 @@ def write_long_data(out: Path, min_chars: int = 5000) -> Path:
     return out
 
 
-def measure(case: Case, model: Path, data: Path, out: Path, hardware: str | None = None) -> dict:
-    """Train the case in a fresh process; the estimate, the measurement and the step times."""
+def train_in_fresh_process(words: list[str], what: str, fix: str, env: dict[str, str] | None = None) -> None:
+    """`mpskit train WORDS` as a new Python process (this mpskit, on its import path); one line on failure."""
+    package_root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-m", "mpskit.cli", "train", *words],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": package_root, **(env or {})},
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise MpskitError(f"{what} failed: {last}", fix)
+
+
+def case_words(case: Case, model: Path, data: Path, hardware: str | None = None) -> list[str]:
+    """The `mpskit train` words of a case: its knobs, the model, the long data, only timed steps."""
     words = [
         *case.words(),
         f"model_name_or_path={model}",
         "template=qwen",
         f"dataset_dir={data}",
-        "eval_dataset=",
-        "eval_strategy=no",
-        "logging_steps=1",
-        "save_strategy=no",
-        "plot_loss=false",
+        *TIMED_ONLY,
         "memory_budget_gb=1000",  # measure even what the planner would refuse
-        f"output_dir={out}",
     ]
-    if hardware:
-        words.append(f"hardware={hardware}")
-    package_root = str(Path(__file__).resolve().parent.parent)
+    return [*words, f"hardware={hardware}"] if hardware else words
+
+
+def measure(case: Case, model: Path, data: Path, out: Path, hardware: str | None = None) -> dict:
+    """Train the case in a fresh process; the estimate, the measurement and the step times."""
+    words = [*case_words(case, model, data, hardware), f"output_dir={out}"]
     started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "mpskit.cli", "train", *words],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": package_root, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-    )
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise MpskitError(f"measured run {case} failed: {last}", f"see {out} and rerun it with `mpskit train`")
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    train_in_fresh_process(words, f"measured run {case}", f"see {out} and rerun it with `mpskit train`", offline)
     memory = read_record(out).memory
     measured = memory["measured"]
     step_s = sorted(measured["step_seconds"][1:] or measured["step_seconds"])

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mpskit.duration import RunDuration, extrapolate, format_seconds
 from mpskit.knobs import describe
 from mpskit.memory import GB, estimate, lean_logits_apply
 from mpskit.planner import Option, Plan
+from mpskit.probe import Probe
 from mpskit.resolve import ResolvedRun
 
 
@@ -14,7 +16,9 @@ def _gb(value: int) -> str:
     return f"{value / GB:6.2f} GB"
 
 
-def plan_lines(run: ResolvedRun, plan: Plan) -> list[str]:
+def plan_lines(
+    run: ResolvedRun, plan: Plan, duration: RunDuration | None = None, probe: Probe | None = None
+) -> list[str]:
     dims, budget = plan.dims, plan.budget
     shown = plan.chosen or plan.asked
     lines = [
@@ -45,6 +49,32 @@ def plan_lines(run: ResolvedRun, plan: Plan) -> list[str]:
             lines.append(f"  {_alternative(option, plan)}")
     if not plan.fits:
         lines += [f"would fit  {note}" for note in plan.would_fit]
+    if duration:
+        lines += duration_lines(duration, probe)
+    return lines
+
+
+def duration_lines(duration: RunDuration, probe: Probe | None) -> list[str]:
+    """The predicted step and run, the figures behind them, and what the probe measured."""
+    steps = "steps unknown (the dataset is not a local JSON file): set max_steps for a total"
+    if duration.steps is not None:
+        how = f" ({duration.examples} examples, {duration.epochs:g} epochs)" if duration.epochs else " (max_steps)"
+        steps = f"{duration.steps} steps{how}: {format_seconds(duration.total_s)}"
+    lines = [
+        f"duration   {format_seconds(duration.step_s)} per optimizer step, {steps}",
+        f"  figures {duration.throughput.source}",
+        "  every sequence at cutoff_len: an upper bound for shorter examples",
+    ]
+    if probe is None:
+        return lines + ["  `mpskit plan --probe` times real steps of this setting here"]
+    lines.append(
+        f"probe      {format_seconds(probe.step_s)} per optimizer step measured here (median of "
+        f"{len(probe.step_seconds) - 1}, after a {format_seconds(probe.step_seconds[0])} warm-up step)"
+    )
+    if duration.steps is not None:
+        total = extrapolate(probe.step_seconds, duration.steps)
+        lines.append(f"  {duration.steps} steps: {format_seconds(total)}, plus about {format_seconds(probe.startup_s)} "
+                     "to load and save")  # fmt: skip
     return lines
 
 
@@ -70,7 +100,7 @@ def _alternative(option: Option, plan: Plan) -> str:
     return f"{describe(option.knobs, plan.effective_batch)}: {option.estimate.training / GB:.2f} GB, x{speed:.2f}"
 
 
-def plan_as_dict(run: ResolvedRun, plan: Plan) -> dict:
+def plan_as_dict(run: ResolvedRun, plan: Plan, duration: RunDuration | None = None, probe: Probe | None = None) -> dict:
     def option(o: Option | None) -> dict | None:
         if o is None:
             return None
@@ -91,7 +121,21 @@ def plan_as_dict(run: ResolvedRun, plan: Plan) -> dict:
         "alternatives": [option(o) for o in plan.alternatives],
         "changes": plan.changes,
         "would_fit": plan.would_fit,
+        "duration": duration.as_dict() if duration else None,
+        "probe": {
+            **probe.as_dict(),
+            "predicted_s": None
+            if duration.steps is None
+            else round(extrapolate(probe.step_seconds, duration.steps), 1),
+        }
+        if probe
+        else None,
         "lean_logits_saving_gb": None
         if (saving := lean_saving(plan, plan.chosen or plan.asked)) is None
         else round(saving / GB, 3),
     }
+
+
+def _probe_dict(probe: Probe, duration: RunDuration) -> dict:
+    total = None if duration.steps is None else round(extrapolate(probe.step_seconds, duration.steps), 1)
+    return {**probe.as_dict(), "predicted_s": total}

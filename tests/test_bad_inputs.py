@@ -65,6 +65,12 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
         "hw_kind_tpu": "kind: tpu\nchip: x\nram_gb: 8\n",
         "hw_args_list": "kind: cpu\nchip: x\nram_gb: 8\nargs: [1, 2]\n",
         "hw_infinite_gpu": "kind: cuda\nchip: x\nram_gb: 64\ngpu_memory_gb: .inf\n",
+        "hw_throughput_no_source": "kind: cpu\nchip: x\nram_gb: 8\n"
+        "throughput: {flops_per_s: 1.0e+11, step_overhead_s: 0.1}\n",
+        "hw_throughput_zero": "kind: cpu\nchip: x\nram_gb: 8\n"
+        "throughput: {flops_per_s: 0, step_overhead_s: 0.1, source: guess}\n",
+        "hw_throughput_typo": "kind: cpu\nchip: x\nram_gb: 8\n"
+        "throughput: {flops_per_s: 1.0e+11, step_overhead_s: 0.1, source: guess, measurd: true}\n",
     }.items():
         write(f"{name}.yaml", facts)
     model_args = f"args:\n  model_name_or_path: {model}\n  template: qwen\n"
@@ -253,6 +259,10 @@ CASES = [
     ("hardware kind unknown", ["train", "BASE", "--hardware", "{w}/hw_kind_tpu.yaml"], ["kind 'tpu'"]),
     ("hardware args a list", ["train", "BASE", "--hardware", "{w}/hw_args_list.yaml"], ["'args'"]),
     ("hardware file is a list", ["train", "BASE", "--hardware", "{w}/list.yaml"], ["not a mapping"]),
+    ("throughput without source", ["plan", "BASE", "--hardware", "{w}/hw_throughput_no_source.yaml"], ["source"]),
+    ("throughput zero", ["plan", "BASE", "--hardware", "{w}/hw_throughput_zero.yaml"], ["flops_per_s=0"]),
+    ("throughput key typo", ["plan", "BASE", "--hardware", "{w}/hw_throughput_typo.yaml"], ["unknown key(s) measurd"]),
+    ("probe another machine", ["plan", "BASE", "--probe", "--hardware", "m1-pro-16gb"], ["--probe times this machine"]),
     ("model dims text", ["plan", "stage=sft", "model_preset={w}/model_dims_text.yaml"], ["dims 'lots'"]),
     ("model dims zero", ["plan", "stage=sft", "model_preset={w}/model_dims_zero.yaml"], ["dims.hidden=0"]),
     ("model dims quoted", ["plan", "stage=sft", "model_preset={w}/model_dims_quoted.yaml"], ["dims.hidden='64'"]),

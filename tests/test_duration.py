@@ -1,0 +1,119 @@
+"""How long a run takes: steps counted as the trainer counts them, the profiles' figures, the plan's
+duration, `mpskit plan --probe` on the tiny model, and the prediction and measurement in mpskit.json.
+How close the predictions come is bench/duration.py's to measure, not a timed test's."""
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_mpskit
+
+from mpskit.duration import (
+    DEFAULT_THROUGHPUT,
+    extrapolate,
+    format_seconds,
+    optimizer_steps,
+    throughput_for,
+    train_examples,
+)
+from mpskit.hardware import load_hardware, profile_names
+
+DATA = ROOT / "data"
+
+
+@pytest.mark.parametrize(
+    ("args", "examples", "world", "steps"),
+    [
+        ({"max_steps": 7, "num_train_epochs": 3}, 1000, 1, 7),
+        ({"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4, "num_train_epochs": 3}, 264, 1, 99),
+        ({"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4, "num_train_epochs": 1}, 17, 1, 3),
+        ({"per_device_train_batch_size": 4, "num_train_epochs": 0.5}, 100, 1, 13),
+        ({"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2}, 100, 2, 39),  # 3 epochs by default
+        ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8, "num_train_epochs": 2}, 3, 1, 2),
+        ({"num_train_epochs": 1}, None, 1, None),
+    ],
+)
+def test_steps_are_counted_as_the_trainer_counts_them(args, examples, world, steps):
+    assert optimizer_steps(args, examples, world) == steps
+
+
+def test_val_size_takes_its_share_before_training():
+    assert train_examples({"val_size": 0.1}, 264) == 237  # ceil(26.4) held out, as train_test_split
+    assert train_examples({"val_size": 20}, 264) == 244
+    assert train_examples({}, 264) == 264
+
+
+def test_whole_runs_extrapolate_from_the_warm_up_and_the_median_step():
+    timed = [3.0, 1.0, 1.2, 0.9]
+    assert extrapolate(timed, 20) == pytest.approx(3.0 + 19 * 1.0)
+    assert extrapolate(timed, 2) == pytest.approx(4.0)  # a run shorter than the probe: its own steps
+    assert [format_seconds(s) for s in (0.034, 4.26, 42, 600, 3 * 3600 + 300)] == [
+        "0.03 s", "4.3 s", "42 s", "10 min", "3 h 05 min"
+    ]  # fmt: skip
+
+
+def test_every_profile_has_throughput_figures_that_say_where_they_come_from():
+    for name in profile_names():
+        figures = load_hardware(name).throughput
+        assert figures["flops_per_s"] > 0 and figures["step_overhead_s"] >= 0, name
+        measured = figures.get("measured", False)
+        assert figures["source"].startswith("measured" if measured else "unmeasured:"), name
+
+
+def test_a_profile_s_figures_apply_to_its_own_device_only():
+    m1 = load_hardware("m1-pro-16gb")
+    assert throughput_for(m1.throughput, m1.device, "mps").flops_per_s == m1.throughput["flops_per_s"]
+    on_cpu = throughput_for(m1.throughput, m1.device, "cpu")  # device=cpu on a Mac: a CPU's default
+    assert on_cpu == DEFAULT_THROUGHPUT["cpu"] and on_cpu.source.startswith("unmeasured:")
+
+
+def plan_json(*words: str, cwd: Path = ROOT) -> dict:
+    result = run_mpskit("plan", "--json", *words, cwd=cwd)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout)
+
+
+def test_plan_predicts_the_step_and_the_run_from_the_profiles_figures():
+    words = ["stage=sft", "model_preset=qwen2.5-0.5b", f"dataset_dir={DATA}", "dataset=demo_sft"]
+    m1 = plan_json(*words, "--hardware", "m1-pro-16gb")
+    duration = m1["duration"]
+    rows = len(json.loads((DATA / "demo_sft.json").read_text()))
+    assert duration["examples"] == rows and duration["epochs"] == 3.0
+    assert duration["steps"] == optimizer_steps({"num_train_epochs": 3, **m1["chosen"]["knobs"]} | {
+        "per_device_train_batch_size": m1["chosen"]["knobs"]["batch"],
+        "gradient_accumulation_steps": m1["effective_batch"] // m1["chosen"]["knobs"]["batch"]}, rows)  # fmt: skip
+    assert duration["predicted_s"] == pytest.approx(duration["steps"] * duration["predicted_step_s"], rel=1e-3)
+    assert duration["source"].startswith("unmeasured:") and duration["measured_figures"] is False
+    # the same model on a faster machine: the same steps, each shorter
+    m4 = plan_json(*words, "--hardware", "m4-max-128gb")["duration"]
+    assert m4["steps"] == duration["steps"] and m4["predicted_step_s"] < duration["predicted_step_s"]
+    text = run_mpskit("plan", *words, "max_steps=50", "--hardware", "m1-pro-16gb").stdout
+    assert "per optimizer step, 50 steps (max_steps)" in text and "mpskit plan --probe" in text
+
+
+@pytest.mark.e2e
+def test_probe_times_real_steps_and_leaves_nothing_behind(tmp_path, tiny_model):
+    before = set(Path(tempfile.gettempdir()).glob("mpskit-probe-*"))
+    words = ["stage=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={DATA}", "template=qwen", "max_steps=20"]
+    plan = plan_json(*words, "--probe", cwd=tmp_path)
+    probe = plan["probe"]
+    assert len(probe["step_seconds"]) == 4 and all(s > 0 for s in probe["step_seconds"])
+    assert probe["predicted_s"] == pytest.approx(extrapolate(probe["step_seconds"], 20), abs=0.1)
+    assert probe["startup_s"] > 0
+    assert list(tmp_path.iterdir()) == []  # no output/ folder, no latest link
+    assert set(Path(tempfile.gettempdir()).glob("mpskit-probe-*")) == before
+    text = run_mpskit("plan", *words, "--probe", cwd=tmp_path)
+    assert text.returncode == 0 and "per optimizer step measured here (median of 3" in text.stdout
+
+
+@pytest.mark.e2e
+def test_a_probe_that_fails_says_why_in_one_line(tmp_path, tiny_model):
+    no_weights = tmp_path / "no-weights"
+    no_weights.mkdir()
+    (no_weights / "config.json").write_text((tiny_model / "config.json").read_text())
+    words = ["stage=sft", f"model_name_or_path={no_weights}", f"dataset_dir={DATA}", "template=qwen"]
+    result = run_mpskit("plan", *words, "--probe", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "the probe failed" in result.stderr.strip().splitlines()[-1], result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["no-weights"]
