@@ -122,14 +122,7 @@ def plan_as_dict(run: ResolvedRun, plan: Plan, duration: RunDuration | None = No
         "changes": plan.changes,
         "would_fit": plan.would_fit,
         "duration": duration.as_dict() if duration else None,
-        "probe": {
-            **probe.as_dict(),
-            "predicted_s": None
-            if duration.steps is None
-            else round(extrapolate(probe.step_seconds, duration.steps), 1),
-        }
-        if probe
-        else None,
+        "probe": _probe_dict(probe, duration) if probe else None,
         "lean_logits_saving_gb": None
         if (saving := lean_saving(plan, plan.chosen or plan.asked)) is None
         else round(saving / GB, 3),
