@@ -22,6 +22,7 @@ from mpskit.memory import GB, checkpoint_bytes, trainable_params
 from mpskit.planner import Plan
 from mpskit.resolve import ResolvedRun, cuda_only
 from mpskit.rundir import incomplete_reason
+from mpskit.tiny import preset_model_dir
 
 
 def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, Plan | None]:
@@ -55,6 +56,11 @@ def check_model(model: str, need_weights: bool = True) -> None:
     fix = (
         "set MODEL_PATH (model_name_or_path) to a local model directory, or run `make demo` for the offline tiny model"
     )
+    if not path.exists() and path == preset_model_dir():
+        if need_weights:
+            raise MpskitError(f"the demo model {model} is not built yet", "build it there: mpskit tiny-model")
+        warn(f"the demo model {model} is not built yet: build it before `mpskit train` (mpskit tiny-model)")
+        return
     if path.exists():
         if not (path / "config.json").is_file():
             raise MpskitError(f"model directory {model} has no config.json", fix)

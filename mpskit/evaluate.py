@@ -19,7 +19,9 @@ from pathlib import Path
 import yaml
 
 from mpskit import lf
+from mpskit.checks import check_model
 from mpskit.compare import markdown_table
+from mpskit.dataset_checks import check_datasets
 from mpskit.errors import MpskitError
 from mpskit.foodpo import FOODPO_KEYS
 from mpskit.rundir import YAML
@@ -37,6 +39,7 @@ def evaluate_run(run_dir: Path, dataset: str | None = None, dataset_dir: str | N
     dataset = dataset or (trained.get("eval_dataset") if stage in PREFERENCE_STAGES else None)
     if not dataset:
         raise MpskitError(f"{run_dir} ({stage}) names no held-out preference data", "give --dataset NAME")
+    check_model(str(args["model_name_or_path"]))  # the base model: the reference, and under the adapter
     out = run_dir / "eval" / f"{dataset.replace(',', '+')}-{time.strftime('%Y%m%d-%H%M%S')}"
     eval_args = {
         **{key: trained[key] for key in KEPT if key in trained},
@@ -50,6 +53,7 @@ def evaluate_run(run_dir: Path, dataset: str | None = None, dataset_dir: str | N
         "report_to": "none",
         **({"dataset_dir": dataset_dir} if dataset_dir else {}),
     }
+    check_datasets({"stage": "dpo", "eval_dataset": dataset, "dataset_dir": eval_args.get("dataset_dir", "data")})
     out.mkdir(parents=True)
     with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory prints its metrics; stdout is the table's
         lf.run({key: value for key, value in eval_args.items() if key not in FOODPO_KEYS})

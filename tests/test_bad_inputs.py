@@ -259,6 +259,7 @@ CASES = [
     ("hardware kind unknown", ["train", "BASE", "--hardware", "{w}/hw_kind_tpu.yaml"], ["kind 'tpu'"]),
     ("hardware args a list", ["train", "BASE", "--hardware", "{w}/hw_args_list.yaml"], ["'args'"]),
     ("hardware file is a list", ["train", "BASE", "--hardware", "{w}/list.yaml"], ["not a mapping"]),
+    ("demo model not built", ["train", "stage=sft", "model_preset=tiny"], ["not built yet", "mpskit tiny-model"]),
     ("throughput without source", ["plan", "BASE", "--hardware", "{w}/hw_throughput_no_source.yaml"], ["source"]),
     ("throughput zero", ["plan", "BASE", "--hardware", "{w}/hw_throughput_zero.yaml"], ["flops_per_s=0"]),
     ("throughput key typo", ["plan", "BASE", "--hardware", "{w}/hw_throughput_typo.yaml"], ["unknown key(s) measurd"]),

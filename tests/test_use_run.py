@@ -3,9 +3,11 @@ plain transformers loads and that computes what the adapter-wrapped model comput
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT, run_mpskit
 
 
@@ -113,6 +115,25 @@ def test_eval_judges_runs_on_held_out_pairs_against_the_base_model(finished_run,
     assert dpo_margin > 0.05 and dpo_margin > sft_margin  # against the base model, not against itself
     results = {path.resolve() for path in (work / "output" / "dpo").glob("*/eval/demo_pref_eval-*/all_results.json")}
     assert len(results) == 1  # in the run's folder (also reached through `latest`)
+
+
+@pytest.mark.e2e
+def test_eval_names_a_missing_dataset_or_base_model_in_one_line(finished_run, tmp_path):
+    def refused(run_dir: Path, *words: str) -> str:
+        result = run_mpskit("eval", str(run_dir), *words, cwd=tmp_path)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        return result.stderr
+
+    evaluations = sorted(finished_run.glob("eval/*"))
+    assert "dataset 'nope' is not in" in refused(finished_run, "--dataset", "nope")
+    assert "not a preference set" in refused(finished_run, "--dataset", "demo_sft")
+    moved = tmp_path / "run"
+    shutil.copytree(finished_run, moved)
+    written = yaml.safe_load((moved / "llamafactory.yaml").read_text())
+    (moved / "llamafactory.yaml").write_text(yaml.safe_dump({**written, "model_name_or_path": str(tmp_path / "gone")}))
+    assert "gone not found" in refused(moved, "--dataset", "demo_pref_eval")
+    assert sorted(finished_run.glob("eval/*")) == evaluations and not (moved / "eval").exists()
 
 
 def test_chat_refuses_a_token_count_below_one(tmp_path):
