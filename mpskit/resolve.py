@@ -97,8 +97,6 @@ def _check_dtype(args: dict, hw: Hardware, device: str) -> None:
     if args.get("fp16") and (device == "cpu" or not fp16_supported(hw)):
         where = "CPU" if device == "cpu" else f"{hw.kind} with torch {hw.torch}"
         raise MpskitError(f"fp16 training is not supported on {where}", "set fp16: false (MPS fp16 needs torch >= 2.8)")
-    for problem in cuda_only(args, device):  # `mpskit train` refuses these (checks.check_device)
-        warn(f"{problem}: this config is for a CUDA machine")
     if args.get("bf16") and device != "cpu" and not bf16_supported(hw):
         warn(f"bf16 does not run on {hw.name} (it needs macOS >= 14 and torch >= 2.6, or an Ampere+ GPU); using fp32")
         args["bf16"] = False
