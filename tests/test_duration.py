@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_mpskit
 
+from mpskit.dataset_checks import training_rows
 from mpskit.duration import (
     DEFAULT_THROUGHPUT,
     extrapolate,
@@ -42,6 +43,22 @@ def test_val_size_takes_its_share_before_training():
     assert train_examples({"val_size": 0.1}, 264) == 237  # ceil(26.4) held out, as train_test_split
     assert train_examples({"val_size": 20}, 264) == 244
     assert train_examples({}, 264) == 264
+
+
+def test_rows_are_counted_in_local_json_files_only(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps([{"instruction": "q", "output": "a"}] * 30))
+    (tmp_path / "b.jsonl").write_text("\n".join(json.dumps({"instruction": "q", "output": "a"}) for _ in range(7)))
+    (tmp_path / "c.csv").write_text("instruction,output\nq,a\n")
+    info = {name: {"file_name": f"{name}.{ext}"} for name, ext in (("a", "json"), ("b", "jsonl"), ("c", "csv"))}
+    (tmp_path / "dataset_info.json").write_text(json.dumps(info))
+    args = {"dataset_dir": str(tmp_path)}
+    assert training_rows({**args, "dataset": "a,b"}) == 37
+    assert training_rows({**args, "dataset": "a,b", "max_samples": 10}) == 17  # per dataset, as LLaMA-Factory
+    assert training_rows({**args, "dataset": "a,c"}) is None  # a CSV: LLaMA-Factory's to count
+    assert training_rows({**args, "dataset": "missing"}) is None
+    text = run_mpskit("plan", "stage=sft", "model_preset=qwen2.5-0.5b", "--hardware", "m1-pro-16gb",
+                      f"dataset_dir={tmp_path}", "dataset=c").stdout  # fmt: skip
+    assert "steps unknown" in text and "set max_steps" in text
 
 
 def test_whole_runs_extrapolate_from_the_warm_up_and_the_median_step():
