@@ -59,7 +59,7 @@ def check_probe_machine(hw: Hardware) -> None:
 def probe(words: list[str], plan: Plan, world_size: int = 1) -> Probe:
     """Train the plan's chosen setting for 1 + PROBE_STEPS steps in a fresh process and time it."""
     setting = to_args(plan.chosen.knobs, plan.effective_batch)
-    setting.pop("lean_logits")  # left to the run's own `auto`, which needs no LoRA check here
+    setting.pop("lean_logits")  # stays what the words say (auto when unset), as in the run itself
     pinned = [f"{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in setting.items()]
     steps = 1 + PROBE_STEPS
     overrides = [
