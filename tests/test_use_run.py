@@ -129,7 +129,7 @@ def test_eval_names_a_missing_dataset_or_base_model_in_one_line(finished_run, tm
     assert "dataset 'nope' is not in" in refused(finished_run, "--dataset", "nope")
     assert "not a preference set" in refused(finished_run, "--dataset", "demo_sft")
     moved = tmp_path / "run"
-    shutil.copytree(finished_run, moved)
+    shutil.copytree(finished_run, moved, ignore=shutil.ignore_patterns("eval"))  # not another test's results
     written = yaml.safe_load((moved / "llamafactory.yaml").read_text())
     (moved / "llamafactory.yaml").write_text(yaml.safe_dump({**written, "model_name_or_path": str(tmp_path / "gone")}))
     assert "gone not found" in refused(moved, "--dataset", "demo_pref_eval")
