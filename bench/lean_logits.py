@@ -1,15 +1,15 @@
 """Training memory and step time of lean logits against whole logits, on one written YAML.
 
 For each case, `mpskit config` writes one LLaMA-Factory YAML (every knob pinned) for a random-
-initialised model with Qwen2.5-0.5B's dimensions. Then, each run a fresh process, in turn (A B A B):
+initialised model with Qwen2.5-0.5B's dimensions. Then, each run a fresh process, in turn (A B B A):
   whole  LLaMA-Factory's own `run_exp` on that YAML, as `llamafactory-cli train` runs it (for fooDPO,
          which plain LLaMA-Factory has no stage for: mpskit's fooDPO with lean_logits=false);
   lean   mpskit's trainers on the same YAML with lean logits on.
 Training memory is the peak RSS minus the RSS after the imports (mpskit's memory monitor, the same in
-both); step time is the median of the steps after the first. Ratios are lean / whole, per repeat,
-and the table shows their median and spread.
+both); step time is the median of the steps after the first. Ratios are lean / whole, per pair of
+runs, and the table shows their median and spread.
 
-    python bench/lean_logits.py [--repeats 2] [--steps 3] [--quick]
+    python bench/lean_logits.py [--repeats 2] [--steps 3] [--quick] [--stage sft|dpo|foodpo]
 
 Targets: training-memory ratio <= 0.5 for DPO and fooDPO, <= 0.6 for SFT; step-time ratio <= 1.05.
 """
@@ -103,6 +103,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2, help="A B pairs per case (default 2)")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per run; the first is not timed")
     parser.add_argument("--quick", action="store_true", help="a 4-layer, hidden-256 model with Qwen's vocabulary")
+    parser.add_argument("--stage", choices=[stage for stage, _, _ in CASES], help="this stage's case only")
     ns = parser.parse_args()
     from mpskit.tiny import build_tiny_model
 
@@ -113,15 +114,15 @@ def main() -> int:
         model = build_tiny_model(work / "model", ROOT / "data", dims=SMALL if ns.quick else QWEN25_05B)
         print(f"{'stage':7} {'cutoff':>6} {'batch':>5} {'whole GB':>9} {'lean GB':>8} {'memory ratio':>22} "
               f"{'whole s/step':>12} {'lean s/step':>11} {'time ratio':>22}", flush=True)  # fmt: skip
-        for stage, cutoff, batch in CASES:
+        for stage, cutoff, batch in [case for case in CASES if ns.stage in (None, case[0])]:
             case_dir = work / f"{stage}-{cutoff}-{batch}"
             case_dir.mkdir()
             yaml_file = write_yaml(stage, cutoff, batch, model, data, case_dir, ns.steps)
             rows = []
-            for repeat in range(ns.repeats):
-                whole = one_run(yaml_file, False, case_dir / f"whole-{repeat}")
-                lean = one_run(yaml_file, True, case_dir / f"lean-{repeat}")
-                rows.append((whole, lean))
+            for repeat in range(ns.repeats):  # A B, then B A: neither path always runs first
+                runs = {lean: one_run(yaml_file, lean, case_dir / f"{'lean' if lean else 'whole'}-{repeat}")
+                        for lean in ((False, True) if repeat % 2 == 0 else (True, False))}  # fmt: skip
+                rows.append((runs[False], runs[True]))
             memory = [lean["training_gb"] / whole["training_gb"] for whole, lean in rows]
             time = [lean["step_s"] / whole["step_s"] for whole, lean in rows]
             whole_gb = statistics.median(w["training_gb"] for w, _ in rows)
