@@ -111,11 +111,13 @@ def case_words(case: Case, model: Path, data: Path, hardware: str | None = None)
     return [*words, f"hardware={hardware}"] if hardware else words
 
 
-def measure(case: Case, model: Path, data: Path, out: Path, hardware: str | None = None) -> dict:
-    """Train the case in a fresh process; the estimate, the measurement and the step times."""
+def measure(
+    case: Case, model: Path, data: Path, out: Path, hardware: str | None = None, env: dict[str, str] | None = None
+) -> dict:
+    """Train the case in a fresh process (ENV added to its environment); estimate, measurement, step times."""
     words = [*case_words(case, model, data, hardware), f"output_dir={out}"]
     started = time.perf_counter()
-    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
     train_in_fresh_process(words, f"measured run {case}", f"see {out} and rerun it with `mpskit train`", offline)
     memory = read_record(out).memory
     measured = memory["measured"]
