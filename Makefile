@@ -16,8 +16,9 @@ test: $(STAMP)
 	$(BIN)/ruff check mpskit tests bench scripts
 	$(BIN)/python -m pytest -q
 
-# A plain `pip install .` into a new venv, used from outside the repository (CI runs it after make test).
-check-install:
+# A plain `pip install .` into a new venv that borrows .venv's dependencies, used from outside the
+# repository (CI runs it after make test).
+check-install: $(STAMP)
 	PYTHON=$(PYTHON) bash scripts/check_install.sh
 
 lint: $(STAMP)

@@ -117,8 +117,8 @@ def measure(
     """Train the case in a fresh process (ENV added to its environment); estimate, measurement, step times."""
     words = [*case_words(case, model, data, hardware), f"output_dir={out}"]
     started = time.perf_counter()
-    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
-    train_in_fresh_process(words, f"measured run {case}", f"see {out} and rerun it with `mpskit train`", offline)
+    process_env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
+    train_in_fresh_process(words, f"measured run {case}", f"see {out} and rerun it with `mpskit train`", process_env)
     memory = read_record(out).memory
     measured = memory["measured"]
     step_s = sorted(measured["step_seconds"][1:] or measured["step_seconds"])
