@@ -47,6 +47,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2, help="pairs of runs per case (default 2)")
     parser.add_argument("--threshold", type=int, default=1024**2, help="pinned mmap threshold in bytes")
     ns = parser.parse_args()
+    if ns.repeats < 1:
+        parser.error("--repeats must be 1 or more")
     pinned_env = {"MALLOC_MMAP_THRESHOLD_": str(ns.threshold)}
     with tempfile.TemporaryDirectory(prefix="mpskit-allocator-bench-") as tmp:
         work = Path(tmp)

@@ -105,6 +105,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a 4-layer, hidden-256 model with Qwen's vocabulary")
     parser.add_argument("--stage", choices=[stage for stage, _, _ in CASES], help="this stage's case only")
     ns = parser.parse_args()
+    if ns.repeats < 1:
+        parser.error("--repeats must be 1 or more")
     from mpskit.tiny import build_tiny_model
 
     ok = True
