@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from memory_accuracy import MODELS  # noqa: E402
 
-from mpskit.measure import Case, case_words, measure, write_long_data  # noqa: E402
+from mpskit.measure import Case, case_words, measure, package_pythonpath, write_long_data  # noqa: E402
 from mpskit.rundir import read_record  # noqa: E402
 from mpskit.tiny import build_tiny_model  # noqa: E402
 
@@ -51,7 +51,7 @@ TARGET = 0.25
 
 def probe(words: list[str]) -> dict:
     """`mpskit plan --probe --json` in a fresh process: its duration and probe figures."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": package_pythonpath(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-m", "mpskit.cli", "plan", "--probe", "--json", *words],
                           capture_output=True, text=True, env=env)  # fmt: skip
     if done.returncode != 0:

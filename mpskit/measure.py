@@ -84,14 +84,19 @@ def write_long_data(out: Path, min_chars: int = 5000) -> Path:
     return out
 
 
+def package_pythonpath() -> str:
+    """PYTHONPATH for a child process: this mpskit first, then whatever the caller's PYTHONPATH held."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+
+
 def train_in_fresh_process(words: list[str], what: str, fix: str, env: dict[str, str] | None = None) -> None:
     """`mpskit train WORDS` as a new Python process (this mpskit, on its import path); one line on failure."""
-    package_root = str(Path(__file__).resolve().parent.parent)
     done = subprocess.run(
         [sys.executable, "-m", "mpskit.cli", "train", *words],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": package_root, **(env or {})},
+        env={**os.environ, "PYTHONPATH": package_pythonpath(), **(env or {})},
     )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
