@@ -23,17 +23,20 @@ QWEN_VOCAB = 151936
 TIMING_KEYS = {"elapsed_time", "remaining_time", "memory_peak_gb", "throughput", "total_tokens", "percentage",
                "train_runtime", "train_tokens_per_second", "tokens_per_s", "eta_s", "memory_training_gb",
                "memory_predicted_gb"}  # fmt: skip
+# On a CUDA machine the same comparisons run there too (the trainers below then train on the GPU).
+DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
 
 
-def test_token_logps_and_gradient_match_log_softmax(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_token_logps_and_gradient_match_log_softmax(monkeypatch, device):
     from mpskit import lean_logits
 
     monkeypatch.setattr(lean_logits, "CHUNK_BYTES", 4 * 3000 * 37)  # 37 positions a chunk: 14 chunks
     torch.manual_seed(0)
-    hidden = torch.randn(500, 64, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(3000, 64, dtype=torch.float64) * 0.1
-    targets = torch.randint(0, 3000, (500,))
-    upstream = torch.randn(500, dtype=torch.float64)
+    hidden = torch.randn(500, 64, dtype=torch.float64, device=device, requires_grad=True)
+    weight = torch.randn(3000, 64, dtype=torch.float64, device=device) * 0.1
+    targets = torch.randint(0, 3000, (500,), device=device)
+    upstream = torch.randn(500, dtype=torch.float64, device=device)
 
     lean = lean_logits.token_logps(hidden, weight, targets)
     (lean * upstream).sum().backward()
@@ -69,6 +72,7 @@ def trainer_args(model, tmp_path, stage: str) -> dict:
         **dpo_trainer_args(model, tmp_path),
         "stage": stage,
         "dataset": "demo_pref" if stage == "dpo" else "demo_sft",
+        "use_cpu": "cuda" not in DEVICES,
     }
 
 
@@ -103,7 +107,7 @@ def padded_batches(batch: dict, pairs: bool) -> dict:
 def loss_metrics_grads(trainer, run_step, batch) -> tuple[float, dict, dict]:
     model = trainer.model
     model.zero_grad()
-    loss, metrics = run_step(trainer, model, dict(batch))
+    loss, metrics = run_step(trainer, model, trainer._prepare_inputs(dict(batch)))  # on the model's device
     loss.backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}
     return loss.item(), metrics, grads
@@ -190,7 +194,8 @@ def test_lean_run_logs_the_losses_of_the_plain_run(tmp_path, tiny_model, stage):
     from conftest import run_mpskit
     from test_e2e import FAST
 
-    short = ["max_steps=6", "logging_steps=1", "eval_strategy=no", "save_steps=1000"]
+    # float32 (a CUDA plan would take bf16, where matrix products of different shapes round differently)
+    short = ["max_steps=6", "logging_steps=1", "eval_strategy=no", "save_steps=1000", "bf16=false"]
     scale = ["pref_beta_scale=0.5"] if stage == "foodpo" else []
     words = [f"stage={stage}", f"model_name_or_path={tiny_model}", *FAST, *short, *scale]
 
