@@ -17,7 +17,6 @@ and how much of `bench/memory_accuracy.py`'s CPU error is the allocator's rather
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
+from lean_logits import spread  # noqa: E402
 from memory_accuracy import build_models  # noqa: E402
 
 from mpskit.measure import Case, measure, write_long_data  # noqa: E402
@@ -36,10 +36,6 @@ CASES = [
     ("mid", Case("dpo", 1024, 1, 8, False, lean_logits=True)),
     ("mid", Case("sft", 2048, 1, 8, True, lean_logits=True)),
 ]
-
-
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
 def main() -> int:
