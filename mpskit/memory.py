@@ -19,6 +19,7 @@ from mpskit.knobs import Knobs
 
 GB = 1024**3
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+CHECKPOINT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # config.json's names
 ATTENTION = ("sdpa", "eager")
 FINETUNING = ("lora", "full")
 
@@ -70,6 +71,9 @@ class ModelDims:
     ffn: int
     vocab: int
     tied_embeddings: bool = True
+    # The checkpoint's own dtype (config.json), where known: LLaMA-Factory loads the weights with
+    # torch_dtype="auto", so a float32 checkpoint keeps float32 weights under a bf16 plan (autocast).
+    checkpoint_dtype: str | None = None
 
     @property
     def head_dim(self) -> int:
@@ -112,7 +116,9 @@ def dims_from_mapping(data: dict) -> ModelDims:
     missing = [name for name in names if not isinstance(values.get(name), int)]
     if missing:
         raise ValueError(f"model dims lack {', '.join(missing)}")
-    return ModelDims(*(values[name] for name in names), tied_embeddings=bool(values.get("tied_embeddings", True)))
+    checkpoint_dtype = CHECKPOINT_DTYPES.get(str(data.get("dtype") or data.get("torch_dtype")))
+    return ModelDims(*(values[name] for name in names), tied_embeddings=bool(values.get("tied_embeddings", True)),
+                     checkpoint_dtype=checkpoint_dtype)  # fmt: skip
 
 
 def lean_logits_apply(knobs: Knobs, stage: str) -> bool:
@@ -153,8 +159,11 @@ def attention_fused(attention: str, device: str) -> bool:
 
 def weight_bytes(dims: ModelDims, knobs: Knobs) -> float:
     """Base weights: bitsandbytes quantizes the decoder's linear layers (4-bit NF4 with its double-
-    quantized block constants is about 0.53 bytes per weight); embeddings and norms keep the dtype."""
-    width = DTYPE_BYTES[knobs.dtype]
+    quantized block constants is about 0.53 bytes per weight); embeddings and norms keep the dtype.
+    A checkpoint wider than the plan's dtype stays that wide (measured on CUDA: a float32 checkpoint
+    under bf16 holds float32 weights). A narrower one is still counted at the plan's width: whether
+    it stays narrow under a float32 plan on MPS is not measured here."""
+    width = max(DTYPE_BYTES[knobs.dtype], DTYPE_BYTES.get(dims.checkpoint_dtype, 0))
     if knobs.quantization_bit is None:
         return dims.params() * width
     linear = dims.layers * (dims.layer_params() - 2 * dims.hidden)

@@ -49,6 +49,22 @@ def test_counts_match_transformers_and_peft():
     assert sum(p.numel() for p in lora.parameters() if p.requires_grad) == TOY.lora_params(16)
 
 
+def test_weights_are_counted_at_the_checkpoints_dtype_where_it_is_wider_than_the_plans():
+    """LLaMA-Factory loads with torch_dtype="auto": a float32 checkpoint keeps float32 weights under bf16."""
+    hf = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+          "intermediate_size": 4864, "vocab_size": 151936}  # fmt: skip
+    fp32_checkpoint = dims_from_mapping({**hf, "dtype": "float32"})
+    bf16_checkpoint = dims_from_mapping({**hf, "torch_dtype": "bfloat16"})  # transformers 4's name
+    assert (fp32_checkpoint.checkpoint_dtype, bf16_checkpoint.checkpoint_dtype) == ("fp32", "bf16")
+
+    def weights(dims: ModelDims, dtype: str) -> int:
+        return estimate(dims, Knobs(batch=1, cutoff_len=256, dtype=dtype), "sft", "cuda").parts["weights"]
+
+    assert weights(fp32_checkpoint, "bf16") == weights(QWEN25_05B, "fp32") == int(WEIGHT_FACTOR * 494_032_768 * 4)
+    assert weights(bf16_checkpoint, "bf16") == weights(QWEN25_05B, "bf16") == int(WEIGHT_FACTOR * 494_032_768 * 2)
+    assert weights(bf16_checkpoint, "fp32") == weights(QWEN25_05B, "fp32")  # narrower: the plan's width
+
+
 def test_dims_from_a_hugging_face_config_and_from_a_preset_agree():
     hf = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
           "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True}  # fmt: skip
