@@ -14,9 +14,10 @@ if [ -z "${WORK:-}" ]; then
   trap 'rm -rf "$WORK"' EXIT
 fi
 
-deps_site="$("$DEPS_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+site_packages() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+deps_site="$(site_packages "$DEPS_VENV")"
 "$PYTHON" -m venv "$WORK/venv"
-venv_site="$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+venv_site="$(site_packages "$WORK/venv")"
 "$WORK/venv/bin/pip" uninstall --quiet --yes setuptools  # venv's own old copy would shadow DEPS_VENV's
 echo "$deps_site" > "$venv_site/mpskit-check-deps.pth"
 "$WORK/venv/bin/pip" install --quiet --no-deps "$repo"
