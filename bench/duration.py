@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from memory_accuracy import MODELS  # noqa: E402
 
-from mpskit.measure import Case, case_words, measure, package_pythonpath, write_long_data  # noqa: E402
+from mpskit.measure import OFFLINE, Case, case_words, fresh_process_env, measure, write_long_data  # noqa: E402
 from mpskit.rundir import read_record  # noqa: E402
 from mpskit.tiny import build_tiny_model  # noqa: E402
 
@@ -51,7 +50,7 @@ TARGET = 0.25
 
 def probe(words: list[str]) -> dict:
     """`mpskit plan --probe --json` in a fresh process: its duration and probe figures."""
-    env = {**os.environ, "PYTHONPATH": package_pythonpath(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = fresh_process_env(OFFLINE)
     done = subprocess.run([sys.executable, "-m", "mpskit.cli", "plan", "--probe", "--json", *words],
                           capture_output=True, text=True, env=env)  # fmt: skip
     if done.returncode != 0:

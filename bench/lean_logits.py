@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mpskit.measure import package_pythonpath, write_long_data  # noqa: E402
+from mpskit.measure import OFFLINE, fresh_process_env, write_long_data  # noqa: E402
 
 QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                   intermediate_size=4864, vocab_size=151936)  # fmt: skip
@@ -58,20 +57,16 @@ def write_yaml(
     ]  # fmt: skip
     path = out / "llamafactory.yaml"
     done = subprocess.run([sys.executable, "-m", "mpskit.cli", "config", *words, "-o", str(path)],
-                          capture_output=True, text=True, env=_env())  # fmt: skip
+                          capture_output=True, text=True, env=fresh_process_env(OFFLINE))  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"mpskit config failed: {done.stderr.strip().splitlines()[-1]}")
     return path
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": package_pythonpath(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-
-
 def one_run(yaml_file: Path, arm: str, device: str, out: Path) -> dict:
     """A fresh process: the imports, the monitor's baseline, then the training."""
     done = subprocess.run([sys.executable, __file__, "--worker", str(yaml_file), arm, device, str(out)],
-                          capture_output=True, text=True, env=_env())  # fmt: skip
+                          capture_output=True, text=True, env=fresh_process_env(OFFLINE))  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"run failed ({yaml_file}, {arm}): {done.stderr[-2000:]}")
     return json.loads((out / "measured.json").read_text())

@@ -84,10 +84,16 @@ def write_long_data(out: Path, min_chars: int = 5000) -> Path:
     return out
 
 
-def package_pythonpath() -> str:
-    """PYTHONPATH for a child process: this mpskit first, then whatever the caller's PYTHONPATH held."""
+# A measured run reaches no model hub: the benches' models and data are local.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def fresh_process_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process: this mpskit first on PYTHONPATH, then whatever the
+    caller's PYTHONPATH held, and EXTRA on top."""
     root = str(Path(__file__).resolve().parent.parent)
-    return os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    pythonpath = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": pythonpath, **(extra or {})}
 
 
 def train_in_fresh_process(words: list[str], what: str, fix: str, env: dict[str, str] | None = None) -> None:
@@ -96,7 +102,7 @@ def train_in_fresh_process(words: list[str], what: str, fix: str, env: dict[str,
         [sys.executable, "-m", "mpskit.cli", "train", *words],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": package_pythonpath(), **(env or {})},
+        env=fresh_process_env(env),
     )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -122,7 +128,7 @@ def measure(
     """Train the case in a fresh process (ENV added to its environment); estimate, measurement, step times."""
     words = [*case_words(case, model, data, hardware), f"output_dir={out}"]
     started = time.perf_counter()
-    process_env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
+    process_env = {**OFFLINE, **(env or {})}
     train_in_fresh_process(words, f"measured run {case}", f"see {out} and rerun it with `mpskit train`", process_env)
     memory = read_record(out).memory
     measured = memory["measured"]
