@@ -44,8 +44,10 @@ HARDWARE = {"cpu": "cpu", "cuda": "cuda-80gb"}
 
 
 def write_yaml(
-    stage: str, cutoff: int, batch: int, model: Path, data: Path, out: Path, steps: int, hardware: str
+    stage: str, cutoff: int, batch: int, model: Path, data: Path, out: Path, steps: int, hardware: str,
+    extra: tuple[str, ...] = (),
 ) -> Path:
+    """One case's YAML through `mpskit config`, every knob pinned; EXTRA words win over these."""
     words = [
         f"stage={stage}", f"model_name_or_path={model}", "template=qwen", f"dataset_dir={data}",
         f"dataset={'long_sft' if stage == 'sft' else 'long_pref'}", "eval_dataset=", "eval_strategy=no",
@@ -53,7 +55,7 @@ def write_yaml(
         "lora_rank=8", "disable_gradient_checkpointing=false", "flash_attn=sdpa", f"max_steps={steps}",
         "logging_steps=1", "save_strategy=no", "plot_loss=false", "memory_budget_gb=1000",
         f"hardware={hardware}",
-        "pref_beta_scale=0.5" if stage == "foodpo" else "seed=42", f"output_dir={out / 'run'}",
+        "pref_beta_scale=0.5" if stage == "foodpo" else "seed=42", f"output_dir={out / 'run'}", *extra,
     ]  # fmt: skip
     path = out / "llamafactory.yaml"
     done = subprocess.run([sys.executable, "-m", "mpskit.cli", "config", *words, "-o", str(path)],
@@ -86,9 +88,9 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
 
     monitor = MemoryMonitor(device)  # after the imports: its baseline
     if arm == "lean":
-        lf.run({**args, lf.LEAN_KEY: True}, callbacks=[monitor])
+        lf.run({**args, "lean_logits": True}, callbacks=[monitor])
     elif args["stage"] == "foodpo":
-        lf.run({**args, lf.LEAN_KEY: False}, callbacks=[monitor])
+        lf.run({**args, "lean_logits": False}, callbacks=[monitor])
     else:  # LLaMA-Factory alone, as llamafactory-cli train
         run_exp({**args, "enable_liger_kernel": arm == "liger"}, callbacks=[monitor])
     measured = monitor.stop()

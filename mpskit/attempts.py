@@ -122,7 +122,7 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
                 predicted = read_record(run_dir).memory.get("predicted", {}).get("training_gb")
                 progress = ProgressLine(monitor, predicted)
                 callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), *faults]
-                logits_path = lf.run(attempt_args, callbacks=callbacks)
+                lean_paths = lf.run(attempt_args, callbacks=callbacks)
         except Stopped as stop:
             outcome = f"stopped by {stop.signal_name} {stop.when}"
             _record_attempt(run_dir, {**entry, "outcome": outcome}, *_measured(monitor))
@@ -133,7 +133,7 @@ def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpo
                 _fail(run_dir, entry, err, _measured(monitor)[0])
         else:
             outcome = f"stopped by {guard.signal_name}" if guard.signal_name else "finished"
-            entry.update(outcome=outcome, lean_logits=logits_path)
+            entry.update(outcome=outcome, **lean_paths)
             _record_attempt(run_dir, entry, *_measured(monitor))
             if guard.signal_name:
                 raise Interrupted(run_dir, last_checkpoint(run_dir))

@@ -51,8 +51,10 @@ def throughput_for(figures: dict, profile_device: str, device: str) -> Throughpu
 def flops_per_token(dims: ModelDims, knobs: Knobs, stage: str, device: str, half_is_fast: bool = True) -> float:
     """Forward 2N per token plus attention, backward about as much again (frozen weights need no weight
     gradient; LoRA's are tiny), one more forward with checkpointing, DPO's reference forward; eager
-    attention does its matrix work twice over (scores kept, softmax materialised)."""
-    attention_work = {"eager": 2.0, "sdpa": 1.0, "fa2": 0.9}[knobs.attention]
+    attention does its matrix work twice over (scores kept, softmax materialised). Lean attention
+    counts as SDPA: it recomputes the scores in its backward but skips the causal half
+    (bench/lean_attention.py: as fast as the CPU's fused SDPA)."""
+    attention_work = 1.0 if knobs.lean_attention else {"eager": 2.0, "sdpa": 1.0, "fa2": 0.9}[knobs.attention]
     layer_flops = 2 * dims.layer_params() + 4 * knobs.cutoff_len * dims.hidden * attention_work
     layers = dims.layers * layer_flops
     head = 2 * dims.vocab * dims.hidden

@@ -32,6 +32,9 @@ class Knobs:
     zero_stage: int = 0  # DeepSpeed ZeRO: 2 shards gradients and optimizer states, 3 also weights
     world_size: int = 1  # processes sharing the run (the estimate is per process)
     lean_logits: bool = False  # next-token log-probabilities in chunks, never the whole logits
+    # attention by blocks of queries, never the heads x s x s matrices; None (auto): on wherever
+    # attention would otherwise be materialised (memory.lean_attention_runs)
+    lean_attention: bool | None = None
 
 
 # knob -> the keys that set it; a knob is pinned when the user or the hardware profile sets any of
@@ -46,7 +49,8 @@ KEYS = {
     "quantization": ("quantization_bit",),
     "optim": ("optim",),
     "zero": ("deepspeed",),
-    "lean_logits": ("lean_logits",),  # mpskit's own key: recorded in mpskit.json, not in the YAML
+    "lean_logits": ("lean_logits",),  # mpskit's own keys: recorded in mpskit.json, not in the YAML
+    "lean_attention": ("lean_attention",),
 }
 PLANNER_KEYS = tuple(key for keys in KEYS.values() for key in keys)
 ATTENTION = {"disabled": "eager", "fa2": "fa2"}  # flash_attn value -> Knobs.attention; anything else: sdpa
@@ -99,6 +103,7 @@ def from_args(args: dict, world_size: int = 1) -> Knobs:
         zero_stage=zero_stage_of(args.get("deepspeed")),
         world_size=world_size,
         lean_logits=bool(args.get("lean_logits", True)),  # auto: on wherever it applies
+        lean_attention=None if args.get("lean_attention") is None else bool(args["lean_attention"]),
     )
 
 
@@ -120,6 +125,7 @@ def to_args(knobs: Knobs, effective: int) -> dict:
         "fp16": knobs.dtype == "fp16",
         "flash_attn": {"eager": "disabled"}.get(knobs.attention, knobs.attention),
         "lean_logits": knobs.lean_logits,
+        "lean_attention": knobs.lean_attention,
         **extra,
     }
 
@@ -179,7 +185,7 @@ def describe(knobs: Knobs, effective: int) -> str:
         f"cutoff_len {knobs.cutoff_len}",
         f"LoRA rank {knobs.lora_rank}",
         f"checkpointing {'on' if knobs.checkpointing else 'off'}",
-        knobs.attention,
+        "lean attention" if knobs.lean_attention else knobs.attention,
         knobs.dtype,
     ]
     if knobs.quantization_bit:
@@ -198,6 +204,9 @@ def changes(asked: Knobs, chosen: Knobs, effective: int, floor: int) -> list[str
         f"(effective {effective})",
         "checkpointing": f"gradient checkpointing {'on' if chosen.checkpointing else 'off'}",
         "attention": f"attention {asked.attention} -> {chosen.attention}",
+        "lean_attention": "lean attention on: exact, without the heads x s x s attention matrices"
+        if chosen.lean_attention
+        else "lean attention off",
         "dtype": f"dtype {asked.dtype} -> {chosen.dtype}",
         "zero_stage": f"DeepSpeed ZeRO-{chosen.zero_stage} over {chosen.world_size} processes",
         "quantization_bit": f"{chosen.quantization_bit}-bit QLoRA (bitsandbytes): nothing fits with 16-bit weights",
@@ -206,4 +215,9 @@ def changes(asked: Knobs, chosen: Knobs, effective: int, floor: int) -> list[str
         "cutoff_len": f"cutoff_len {asked.cutoff_len} -> {chosen.cutoff_len}: nothing fits at {asked.cutoff_len} "
         f"(floor {floor}; set min_cutoff_len to change it); longer examples are truncated",
     }
-    return [text for field, text in said.items() if getattr(chosen, field) != getattr(asked, field)]
+    auto_off = asked.lean_attention is None and not chosen.lean_attention  # auto where attention is fused
+    return [
+        text
+        for field, text in said.items()
+        if getattr(chosen, field) != getattr(asked, field) and not (field == "lean_attention" and auto_off)
+    ]

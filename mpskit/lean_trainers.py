@@ -1,4 +1,5 @@
-"""LLaMA-Factory's SFT and DPO trainers on the lean-logits path (see lean_logits.py).
+"""LLaMA-Factory's SFT and DPO trainers on the lean-logits path (see lean_logits.py), with lean
+attention (lean_attention.py) set on their models when asked.
 
 Each trainer overrides the one method that turns the model's output into log-probabilities (SFT's
 `compute_loss`, DPO's `concatenated_forward`) and keeps everything else of LLaMA-Factory's: the same
@@ -22,6 +23,7 @@ from llamafactory.train.sft import workflow as lf_sft_workflow
 from llamafactory.train.trainer_utils import nested_detach
 
 from mpskit.errors import MpskitError
+from mpskit.lean_attention import LeanAttention
 from mpskit.lean_logits import final_hidden_states, mean_logit_per_position, next_token_logps, output_weight
 from mpskit.resumable import Resumable
 
@@ -58,12 +60,20 @@ class LeanPath:
             self.report["training"] = "plain"
 
 
+def set_attention(trainer, attention: LeanAttention | None) -> None:
+    """Lean attention on the trainer's models (the policy, and a separate reference model if any)."""
+    for model in (trainer.model, getattr(trainer, "ref_model", None)):
+        if attention is not None and model is not None:
+            attention.install(model)
+
+
 class LeanSFTTrainer(Resumable, CustomSeq2SeqTrainer):
     """SFT's loss (transformers' token-mean cross-entropy) from the lean log-probabilities."""
 
-    def __init__(self, *args, lean: LeanPath, **kwargs):
+    def __init__(self, *args, lean: LeanPath, attention: LeanAttention | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.lean = lean
+        set_attention(self, attention)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None, **kwargs):
         part = "training" if model.training else "evaluation"
@@ -96,9 +106,10 @@ class LeanSFTTrainer(Resumable, CustomSeq2SeqTrainer):
 class LeanDPOTrainer(Resumable, CustomDPOTrainer):
     """DPO's policy and reference log-probabilities (and the mean-logit metrics) from the lean path."""
 
-    def __init__(self, *args, lean: LeanPath, **kwargs):
+    def __init__(self, *args, lean: LeanPath, attention: LeanAttention | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.lean = lean
+        set_attention(self, attention)
 
     def extra_scored_positions(self, batch: dict, is_ref_model: bool) -> torch.Tensor | None:
         """Positions beyond the answers whose next-token log-probability a subclass needs."""
@@ -158,11 +169,11 @@ def check_seam() -> None:
         )
 
 
-def install(lean: LeanPath, dpo_trainer: type = LeanDPOTrainer, **dpo_kwargs) -> None:
+def install(lean: LeanPath, attention: LeanAttention, dpo_trainer: type = LeanDPOTrainer, **dpo_kwargs) -> None:
     """Make LLaMA-Factory's SFT and DPO workflows build these trainers in this process."""
     check_seam()
-    lf_sft_workflow.CustomSeq2SeqTrainer = functools.partial(LeanSFTTrainer, lean=lean)
-    lf_dpo_trainer.CustomDPOTrainer = functools.partial(dpo_trainer, lean=lean, **dpo_kwargs)
+    lf_sft_workflow.CustomSeq2SeqTrainer = functools.partial(LeanSFTTrainer, lean=lean, attention=attention)
+    lf_dpo_trainer.CustomDPOTrainer = functools.partial(dpo_trainer, lean=lean, attention=attention, **dpo_kwargs)
 
 
 def build_trainer(args: dict, trainer_class):

@@ -17,9 +17,9 @@ import yaml
 from mpskit.errors import MpskitError
 from mpskit.memory import LEAN_STAGES
 
-# mpskit's own run key for the lean-logits path: kept out of the written YAML, which must also run
-# under plain `llamafactory-cli train` (where the plain path runs), and recorded in mpskit.json.
-LEAN_KEY = "lean_logits"
+# mpskit's own run keys for the lean paths: kept out of the written YAML, which must also run under
+# plain `llamafactory-cli train` (where LLaMA-Factory's own paths run), and recorded in mpskit.json.
+LEAN_KEYS = ("lean_logits", "lean_attention")
 
 
 def known_keys() -> set[str]:
@@ -101,7 +101,7 @@ def check_keys(args: dict, keys: set[str] | None = None) -> None:
     `keys`: LLaMA-Factory's keys when the caller has them already (`plan`: key_names())."""
     from mpskit.foodpo import FOODPO_KEYS
 
-    keys = (keys or known_keys()) | {LEAN_KEY} | (set(FOODPO_KEYS) if args.get("stage") == "foodpo" else set())
+    keys = (keys or known_keys()) | set(LEAN_KEYS) | (set(FOODPO_KEYS) if args.get("stage") == "foodpo" else set())
     for key in args:
         if key not in keys:
             close = difflib.get_close_matches(key, keys, n=1)
@@ -176,8 +176,8 @@ def _typed_by_llamafactory(texts: dict[str, str | None]) -> dict:
 
 
 def yaml_text(args: dict) -> str:
-    """llamafactory.yaml's text: every argument but mpskit's lean-logits switch."""
-    kept = {key: value for key, value in args.items() if key != LEAN_KEY}
+    """llamafactory.yaml's text: every argument but mpskit's lean-path switches."""
+    kept = {key: value for key, value in args.items() if key not in LEAN_KEYS}
     return yaml.safe_dump(kept, sort_keys=False, allow_unicode=True)
 
 
@@ -199,29 +199,32 @@ def run(args: dict, callbacks: list | None = None) -> dict:
     """Train through LLaMA-Factory's own entry point, exactly as `llamafactory-cli train` does.
 
     Narrow swaps first: trainer_log.jsonl keeps every logged metric; the SFT and DPO workflows build
-    mpskit's lean-logits trainers (LLaMA-Factory's own, with one method replaced); `stage: foodpo`
-    becomes LLaMA-Factory's DPO workflow building the fooDPO trainer. Returns what the lean-logits
-    switch did (for mpskit.json).
+    mpskit's lean trainers (LLaMA-Factory's own, with one method replaced, and lean attention set on
+    their models); `stage: foodpo` becomes LLaMA-Factory's DPO workflow building the fooDPO trainer.
+    Returns what each lean path did (for mpskit.json).
     """
     from mpskit import lean_trainers, trainer_log
+    from mpskit.lean_attention import LeanAttention
 
     run_exp = import_engine()
 
     trainer_log.install()
     args = dict(args)
-    lean = lean_trainers.LeanPath(bool(args.pop(LEAN_KEY, True)) and args.get("stage") in LEAN_STAGES)
+    lean_stage = args.get("stage") in LEAN_STAGES
+    lean = lean_trainers.LeanPath(bool(args.pop("lean_logits", True)) and lean_stage)
+    attention = LeanAttention(bool(args.pop("lean_attention", False)) and lean_stage)
     is_foodpo = args.get("stage") == "foodpo"
     if is_foodpo:
         from mpskit.foodpo import split_foodpo_args
         from mpskit.foodpo_trainer import FooDPOTrainer
 
         args, config = split_foodpo_args(args)
-        lean_trainers.install(lean, FooDPOTrainer, foodpo=config)
+        lean_trainers.install(lean, attention, FooDPOTrainer, foodpo=config)
     else:
-        lean_trainers.install(lean)
+        lean_trainers.install(lean, attention)
     run_exp(args, callbacks=callbacks or [])
     if is_foodpo and args.get("output_dir"):
         from mpskit.plots import plot_foodpo
 
         plot_foodpo(args["output_dir"])
-    return lean.report
+    return {"lean_logits": lean.report, "lean_attention": attention.report}

@@ -58,6 +58,11 @@ LEAN_STAGES = ("sft", "dpo", "foodpo")
 LEAN_CHUNK_BYTES = 128 * 1024**2
 LEAN_CHUNK_COPIES = 2
 LEAN_HIDDEN_COPIES = 3
+# Lean attention (lean_attention.py) holds one block of float32 scores at a time. On the CPU small
+# blocks are fastest (bench/lean_attention.py); on a GPU larger ones mean fewer kernel launches.
+LEAN_ATTENTION_BLOCK_BYTES = {"cpu": 8 * 1024**2, "gpu": 64 * 1024**2}
+# In its backward a block's probabilities and the gradient of its scores, with their 16-bit copies.
+LEAN_ATTENTION_BLOCK_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,11 @@ def dims_from_mapping(data: dict) -> ModelDims:
                      checkpoint_dtype=checkpoint_dtype)  # fmt: skip
 
 
+def attention_block_bytes(device: str) -> int:
+    """The byte budget of one block of lean attention's float32 scores on this device."""
+    return LEAN_ATTENTION_BLOCK_BYTES["cpu" if device == "cpu" else "gpu"]
+
+
 def lean_logits_apply(knobs: Knobs, stage: str) -> bool:
     """The lean path runs for SFT, DPO and fooDPO with a frozen output layer (LoRA)."""
     return knobs.lean_logits and stage in LEAN_STAGES and knobs.finetuning == "lora"
@@ -157,6 +167,11 @@ def attention_fused(attention: str, device: str) -> bool:
     return attention == "fa2" or (attention == "sdpa" and device in ("cpu", "cuda"))
 
 
+def lean_attention_runs(knobs: Knobs, device: str) -> bool:
+    """Lean attention as asked; `auto` (None): wherever the attention would otherwise be materialised."""
+    return not attention_fused(knobs.attention, device) if knobs.lean_attention is None else knobs.lean_attention
+
+
 def weight_bytes(dims: ModelDims, knobs: Knobs) -> float:
     """Base weights: bitsandbytes quantizes the decoder's linear layers (4-bit NF4 with its double-
     quantized block constants is about 0.53 bytes per weight); embeddings and norms keep the dtype.
@@ -185,7 +200,7 @@ def checkpoint_bytes(dims: ModelDims, knobs: Knobs) -> int:
     return trainable_params(dims, knobs) * (4 + optimizer_bytes_per_parameter(knobs.optim))
 
 
-def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool) -> tuple[int, int]:
+def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, lean: bool = False) -> tuple[int, int]:
     """(16/32-bit elements, float32 elements) one decoder layer saves for backward, per token.
 
     Counted for transformers 5's Qwen2 layer with peft LoRA and frozen base weights:
@@ -193,10 +208,12 @@ def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool) -> tup
     when a padding mask is present) and its output (4h), the SwiGLU MLP saves gate, SiLU(gate), up
     and their product (4 ffn), each LoRA adapter its rank-r projection (7r). Eager attention adds
     the softmax probabilities in float32 (heads x s per token), plus a copy in the compute dtype.
+    Lean attention saves q, its output, k and v unrepeated, and a float32 log-sum-exp per head.
     """
-    elements = 8 * dims.hidden + 4 * dims.ffn + 7 * knobs.lora_rank
-    fp32_elements = 0
-    if not fused:
+    attention = 2 * dims.hidden + 2 * dims.kv_dim if lean else 4 * dims.hidden
+    elements = 4 * dims.hidden + attention + 4 * dims.ffn + 7 * knobs.lora_rank
+    fp32_elements = dims.heads if lean else 0
+    if not fused and not lean:
         probabilities = dims.heads * knobs.cutoff_len
         fp32_elements += probabilities
         if knobs.dtype != "fp32":
@@ -237,7 +254,8 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     parts["optimizer (AdamW)"] = int(per_parameter * optimizer_bytes_per_parameter(knobs.optim) / shard_states)
 
     fused = attention_fused(knobs.attention, device)
-    elements, fp32_elements = layer_activation_elements(dims, knobs, fused)
+    lean_attention = lean_attention_runs(knobs, device)
+    elements, fp32_elements = layer_activation_elements(dims, knobs, fused, lean_attention)
     layer_bytes = int(ACTIVATION_FACTOR * tokens * (elements * width + fp32_elements * 4))
     if knobs.checkpointing:  # each layer keeps only its input
         parts["activations"] = int(ACTIVATION_FACTOR * dims.layers * tokens * dims.hidden * width)
@@ -256,8 +274,11 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     else:
         logit_parts = {"logits (float32)": LOGIT_COPIES["sft"] * logit_buffer}
     workspace = tokens * dims.ffn * width * MLP_GRADIENT_COPIES
-    if not fused:
-        workspace += sequences * dims.heads * knobs.cutoff_len**2 * 4 * ATTENTION_GRADIENT_COPIES
+    scores = sequences * dims.heads * knobs.cutoff_len**2 * 4  # one layer's float32 attention scores
+    if lean_attention:
+        workspace += LEAN_ATTENTION_BLOCK_COPIES * min(attention_block_bytes(device), scores)
+    elif not fused:
+        workspace += scores * ATTENTION_GRADIENT_COPIES
     if knobs.checkpointing:
         workspace += layer_bytes
     kept = heap_kept(dims, knobs, tokens) if knobs.checkpointing and device == "cpu" else 0

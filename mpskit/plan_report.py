@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from mpskit.duration import RunDuration, extrapolate, format_seconds
 from mpskit.knobs import describe
-from mpskit.memory import GB, estimate, lean_logits_apply
+from mpskit.memory import GB, attention_fused, estimate, lean_attention_runs, lean_logits_apply
 from mpskit.planner import Option, Plan
 from mpskit.probe import Probe
 from mpskit.resolve import ResolvedRun
@@ -42,6 +42,7 @@ def plan_lines(
     where = "host RAM, outside the GPU budget" if plan.device == "cuda" else "taken out of the RAM budget already"
     lines.append(f"  {'+ framework (imports)':22} {_gb(shown.estimate.framework)}  ({where})")
     lines.append(f"logits     {_logits_line(plan, shown)}")
+    lines.append(f"attention  {_attention_line(plan, shown)}")
     lines += [f"changed    {note}" for note in plan.changes]
     if plan.alternatives:
         lines.append("also fits  (speed relative to the choice)")
@@ -95,6 +96,26 @@ def _logits_line(plan: Plan, option: Option) -> str:
     return "whole logits (lean_logits=false)"
 
 
+def attention_saving(plan: Plan, option: Option) -> int | None:
+    """Bytes lean attention saves over the attention it replaces; None where it does not run."""
+    if not lean_attention_runs(option.knobs, plan.device):
+        return None
+    plain = estimate(plan.dims, replace(option.knobs, lean_attention=False), plan.stage, plan.device)
+    return plain.training - option.estimate.training
+
+
+def _attention_line(plan: Plan, option: Option) -> str:
+    saving = attention_saving(plan, option)
+    attention = option.knobs.attention
+    fused = attention_fused(attention, plan.device)
+    if saving is None and fused:
+        return f"{attention}: fused on {plan.device}, no heads x s x s matrices (lean attention off)"
+    if saving is None:
+        return f"{attention}: keeps the heads x s x s attention matrices (lean_attention=false)"
+    replaced = "fused SDPA" if fused else {"eager": "eager attention"}.get(attention, "SDPA's math path")
+    return f"lean attention: {'-' if saving >= 0 else '+'}{abs(saving) / GB:.2f} GB against {replaced}"
+
+
 def _alternative(option: Option, plan: Plan) -> str:
     speed = option.speed / plan.chosen.speed
     return f"{describe(option.knobs, plan.effective_batch)}: {option.estimate.training / GB:.2f} GB, x{speed:.2f}"
@@ -123,10 +144,13 @@ def plan_as_dict(run: ResolvedRun, plan: Plan, duration: RunDuration | None = No
         "would_fit": plan.would_fit,
         "duration": duration.as_dict() if duration else None,
         "probe": _probe_dict(probe, duration) if probe else None,
-        "lean_logits_saving_gb": None
-        if (saving := lean_saving(plan, plan.chosen or plan.asked)) is None
-        else round(saving / GB, 3),
+        "lean_logits_saving_gb": _gb_or_none(lean_saving(plan, plan.chosen or plan.asked)),
+        "lean_attention_saving_gb": _gb_or_none(attention_saving(plan, plan.chosen or plan.asked)),
     }
+
+
+def _gb_or_none(value: int | None) -> float | None:
+    return None if value is None else round(value / GB, 3)
 
 
 def _probe_dict(probe: Probe, duration: RunDuration) -> dict:

@@ -28,7 +28,7 @@ from mpskit.knobs import (
     lower_cutoffs,
     lower_ranks,
 )
-from mpskit.memory import GB, Estimate, ModelDims, estimate
+from mpskit.memory import GB, Estimate, ModelDims, estimate, lean_attention_runs
 
 
 @dataclass
@@ -79,13 +79,17 @@ def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effectiv
         optims = [DEFAULT_OPTIM, EIGHT_BIT_OPTIM] if "optim" in free else [asked.optim]
         zero = [2, 3] if "zero" in free and asked.world_size > 1 else [asked.zero_stage]
         cuda = list(itertools.product(bits, optims, zero))
-    return [
+    settings = [
         replace(asked, batch=b, checkpointing=c, lora_rank=r, cutoff_len=s, attention=a, dtype=d,
                 quantization_bit=q, optim=o, zero_stage=z)
         for s, r, b, c, a, d, (q, o, z) in itertools.product(
             cutoffs, ranks, batches, checkpointing, attentions, dtypes, cuda
         )
     ]  # fmt: skip
+    if "lean_attention" in free:  # auto: lean wherever the attention would be materialised
+        settings = [replace(k, lean_attention=lean_attention_runs(k, device)) for k in settings]
+    # lean attention replaces sdpa and eager alike: one of the two is enough
+    return [k for k in settings if not (k.lean_attention and k.attention == "eager" and "sdpa" in attentions)]
 
 
 def preference(option: Option) -> tuple:

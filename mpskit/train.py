@@ -184,8 +184,9 @@ def _continue(run_dir: Path, record: RunRecord, checkpoint: Path | None) -> Path
         return _launch(run_dir, processes)
     enter_run_environment(record)
     args = yaml.safe_load((run_dir / YAML).read_text(encoding="utf-8"))
-    if lf.LEAN_KEY in record.llamafactory_args:  # mpskit's own key, not in the YAML
-        args[lf.LEAN_KEY] = record.llamafactory_args[lf.LEAN_KEY]
+    for key in lf.LEAN_KEYS:  # mpskit's own keys, not in the YAML
+        if key in record.llamafactory_args:
+            args[key] = record.llamafactory_args[key]
     saved = record.ladder
     # one process out of memory cannot change the knobs of the others: no fallback when distributed
     free = set(saved.get("free", [])) if processes == (1, 1) else set()

@@ -51,6 +51,7 @@ SWITCHES = (
     "plot_loss",
     "trust_remote_code",
     "lean_logits",
+    "lean_attention",
 )
 CHOICES = {
     "flash_attn": ("auto", "disabled", "sdpa", "fa2", "fa3"),

@@ -18,6 +18,7 @@ SEED="${SEED:-}"
 BETA="${BETA:-}"                                # pref_beta (dpo, foodpo)
 BETA_SCALE="${BETA_SCALE:-}"                    # pref_beta_scale (foodpo); 0 gives plain DPO
 LEAN_LOGITS="${LEAN_LOGITS:-}"                  # true / false; empty = auto (on for LoRA sft, dpo, foodpo)
+LEAN_ATTENTION="${LEAN_ATTENTION:-}"            # true / false; empty = auto (on where SDPA is not fused: MPS)
 
 if [[ "$MODEL_PRESET" == tiny && -z "$MODEL_PATH" ]]; then
     mpskit tiny-model                           # the offline demo model, built once where its preset looks
@@ -31,4 +32,5 @@ TRAIN_ARGS=(
     ${BATCH:+per_device_train_batch_size=$BATCH} ${GRAD_ACCUM:+gradient_accumulation_steps=$GRAD_ACCUM}
     ${LR:+learning_rate=$LR} ${EPOCHS:+num_train_epochs=$EPOCHS} ${SEED:+seed=$SEED}
     ${BETA:+pref_beta=$BETA} ${BETA_SCALE:+pref_beta_scale=$BETA_SCALE} ${LEAN_LOGITS:+lean_logits=$LEAN_LOGITS}
+    ${LEAN_ATTENTION:+lean_attention=$LEAN_ATTENTION}
 )

@@ -240,6 +240,8 @@ CASES = [
     ("batch boolean", ["train", "BASE", "per_device_train_batch_size=true"], ["invalid int value: 'true'"]),
     ("max_steps below -1", ["train", "BASE", "max_steps=-5"], ["max_steps=-5"]),
     ("lean logits maybe", ["train", "BASE", "lean_logits=maybe"], ["lean_logits='maybe'"]),
+    ("lean attention maybe", ["train", "BASE", "lean_attention=maybe"], ["lean_attention='maybe'"]),
+    ("lean attention a number", ["plan", "BASE", "lean_attention=2"], ["lean_attention=2"]),
     ("finetuning type unknown", ["train", "BASE", "finetuning_type=qlora"], ["invalid choice: 'qlora'"]),
     ("QLoRA on the CPU", ["train", "BASE", "quantization_bit=4"], ["quantization_bit=4", "CUDA"]),
     ("impossible cutoff", ["train", "BASE", "cutoff_len=100000000", "min_cutoff_len=100000000"], ["no setting fits"]),

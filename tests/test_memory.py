@@ -8,14 +8,17 @@ from mpskit.memory import (
     ACTIVATION_FACTOR,
     ATTENTION_GRADIENT_COPIES,
     GB,
+    LEAN_ATTENTION_BLOCK_COPIES,
     LOGIT_COPIES,
     RUN_OVERHEAD_BYTES,
     WEIGHT_FACTOR,
     Knobs,
     ModelDims,
+    attention_block_bytes,
     dims_from_mapping,
     estimate,
     layer_activation_elements,
+    lean_attention_runs,
 )
 
 QWEN25_05B = ModelDims(hidden=896, layers=24, heads=14, kv_heads=2, ffn=4864, vocab=151936)
@@ -124,7 +127,7 @@ def test_half_precision_halves_weights_and_activations():
 
 def test_eager_attention_costs_the_quadratic_term_and_mps_sdpa_counts_as_eager():
     def knobs(attention: str) -> Knobs:
-        return Knobs(batch=4, cutoff_len=1024, checkpointing=True, attention=attention)
+        return Knobs(batch=4, cutoff_len=1024, checkpointing=True, attention=attention, lean_attention=False)
 
     fused = estimate(TOY, knobs("sdpa"), "sft", "cpu")
     eager = estimate(TOY, knobs("eager"), "sft", "cpu")
@@ -132,6 +135,27 @@ def test_eager_attention_costs_the_quadratic_term_and_mps_sdpa_counts_as_eager()
     assert eager.parts["layer backward"] >= ATTENTION_GRADIENT_COPIES * quadratic
     assert eager.training > fused.training + quadratic
     assert estimate(TOY, knobs("sdpa"), "sft", "mps").parts == eager.parts
+
+
+def test_lean_attention_costs_one_block_not_the_quadratic_term():
+    """auto turns it on where attention would be materialised (MPS, eager) and leaves fused SDPA alone."""
+    knobs = Knobs(batch=4, cutoff_len=4096, checkpointing=True, dtype="bf16", lean_logits=True)
+    assert not lean_attention_runs(knobs, "cpu") and not lean_attention_runs(knobs, "cuda")
+    assert lean_attention_runs(knobs, "mps") and lean_attention_runs(replace(knobs, attention="eager"), "cpu")
+    assert not lean_attention_runs(replace(knobs, lean_attention=False), "mps")
+    math = estimate(QWEN25_05B, replace(knobs, lean_attention=False), "sft", "mps")
+    lean = estimate(QWEN25_05B, knobs, "sft", "mps")
+    fused = estimate(QWEN25_05B, knobs, "sft", "cuda")
+    quadratic = 4 * 14 * 4096 * 4096 * 4  # batch x heads x s x s, float32
+    # one layer's backward: a few blocks of scores instead of the probabilities and their gradients
+    assert math.parts["layer backward"] - lean.parts["layer backward"] > ATTENTION_GRADIENT_COPIES * quadratic
+    blocks = LEAN_ATTENTION_BLOCK_COPIES * attention_block_bytes("mps")
+    assert 0 < lean.parts["layer backward"] - fused.parts["layer backward"] <= blocks
+    # each layer saves q, k, v unrepeated (GQA: 2 of 14 heads) and a log-sum-exp: less than SDPA's q, k, v
+    no_checkpointing = replace(knobs, checkpointing=False)
+    assert estimate(QWEN25_05B, no_checkpointing, "sft", "mps").parts["activations"] < (
+        estimate(QWEN25_05B, no_checkpointing, "sft", "cuda").parts["activations"]
+    )
 
 
 def test_a_qwen_run_costs_gigabytes_not_megabytes():
