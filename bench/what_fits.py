@@ -1,9 +1,10 @@
 """The README's "what fits on which Mac" table, from the planner (no training, no torch).
 
 For each hardware profile, stage and Qwen2.5 model: the largest cutoff_len (of 256, 512, ... 32768)
-for which the planner finds a setting that fits without lowering it, with whole logits and with lean
-logits. The planner may move every other knob (batch with accumulation, checkpointing, attention,
-dtype, LoRA rank down to 4).
+for which the planner finds a setting that fits without lowering it: as LLaMA-Factory runs (whole
+logits, its own attention), with lean logits, and with lean logits and lean attention (`auto`: where
+the attention would be materialised, i.e. on the Macs). The planner may move every other knob
+(batch with accumulation, checkpointing, attention, dtype, LoRA rank down to 4).
 
     python bench/what_fits.py            print the table
     python bench/what_fits.py --write    replace the table in README.md
@@ -26,14 +27,18 @@ PROFILES = ("m1-8gb", "m1-pro-16gb", "m2-max-32gb", "m3-max-64gb", "m4-max-128gb
 STAGES = {"sft": "sft", "dpo / foodpo": "dpo"}  # fooDPO's memory is DPO's
 MODELS = ("qwen2.5-0.5b", "qwen2.5-1.5b")
 CUTOFFS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+# column label -> the lean switches (lean_attention None: auto)
+PATHS = {"whole": (False, False), "lean logits": (True, False), "+ lean attention": (True, None)}
 START, END = "<!-- what-fits:start -->", "<!-- what-fits:end -->"
 
 
-def largest_cutoff(hardware: str, stage: str, model: str, lean: bool) -> int | None:
+def largest_cutoff(hardware: str, stage: str, model: str, lean_logits: bool, lean_attention: bool | None) -> int | None:
     largest = None
     for cutoff in CUTOFFS:
         words = {"stage": stage, "model_preset": model, "cutoff_len": cutoff, "min_cutoff_len": cutoff,
-                 "lean_logits": lean}  # fmt: skip
+                 "lean_logits": lean_logits}  # fmt: skip
+        if lean_attention is not None:
+            words["lean_attention"] = lean_attention
         if not plan_run(resolve(words, hardware=hardware)).fits:
             break
         largest = cutoff
@@ -44,11 +49,11 @@ def table() -> str:
     def cell(value: int | None) -> str:
         return "-" if value is None else str(value)
 
-    header = "| hardware | stage | " + " | ".join(f"{m} whole | {m} lean" for m in MODELS) + " |"
-    lines = [header, "|" + "---|" * (2 + 2 * len(MODELS))]
+    header = "| hardware | stage | " + " | ".join(f"{m} {path}" for m in MODELS for path in PATHS) + " |"
+    lines = [header, "|" + "---|" * (2 + len(PATHS) * len(MODELS))]
     for hardware in PROFILES:
         for label, stage in STAGES.items():
-            cells = [cell(largest_cutoff(hardware, stage, model, lean)) for model in MODELS for lean in (False, True)]
+            cells = [cell(largest_cutoff(hardware, stage, model, *lean)) for model in MODELS for lean in PATHS.values()]
             lines.append(f"| {hardware} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
