@@ -187,6 +187,25 @@ def test_what_it_does_not_do_goes_to_sdpa_and_is_said_once(capsys):
     assert capsys.readouterr().err.count("lean attention off for dropout above 0") == 1
 
 
+def test_soft_capping_sinks_and_an_unmasked_window_go_to_sdpa(capsys):
+    """Each hands the call to transformers' SDPA with the padding mask made 4-D, and is said once."""
+    inputs, _ = random_inputs(2, 4, 2, 12, torch.float32, "cpu")
+    padding = padding_for("left", 2, 12)
+    module = tiny_qwen().model.layers[0].self_attn
+    attention = LeanAttention(True)
+    expected = sdpa(*inputs, 0.25, padding)
+    for kwargs in ({"softcap": 30.0}, {"s_aux": torch.zeros(4)}, {"sliding_window": 4}, {"softcap": 30.0}):
+        with sdpa_kernel(SDPBackend.MATH):
+            out, _ = attention.forward(module, *inputs, padding, scaling=0.25, **kwargs)
+        torch.testing.assert_close(out, expected)
+    assert attention.report == {"asked": True, "training": "sdpa",
+                                "fallbacks": ["soft-capping", "attention sinks",
+                                              "a sliding window shorter than the sequence"]}  # fmt: skip
+    assert capsys.readouterr().err.count("lean attention off for soft-capping") == 1
+    out, _ = attention.forward(module, *inputs, padding, scaling=0.25, sliding_window=12)  # no shorter than s
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_an_unsupported_model_type_keeps_its_own_attention(capsys):
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -242,4 +261,3 @@ def test_a_run_logs_the_losses_of_the_run_without_it(tmp_path, tiny_model, stage
         for key in shared:
             tolerance = {"rel": 1e-5} if key == "loss" else {"rel": 1e-5, "abs": 1e-6}
             assert lean_row[key] == pytest.approx(plain_row[key], **tolerance), (key, lean_row["current_steps"])
-
