@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import replace
@@ -41,10 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from lean_logits import HARDWARE, loss_diff, spread, write_yaml  # noqa: E402
+from lean_logits import HARDWARE, loss_diff, one_run, spread, write_measured, write_yaml  # noqa: E402
 from memory_accuracy import MODELS  # noqa: E402
 
-from mpskit.measure import OFFLINE, fresh_process_env, write_long_data  # noqa: E402
+from mpskit.measure import write_long_data  # noqa: E402
 from mpskit.memory import FRAMEWORK_BYTES, GB, Knobs, dims_from_mapping, estimate  # noqa: E402
 
 # (model, stage, cutoff_len), batch 1, each with checkpointing on and off
@@ -57,15 +56,6 @@ def arm_knobs(arm: str, cutoff: int, checkpointing: bool) -> Knobs:
     """The memory model's knobs for an arm: SDPA's math path saves what eager attention saves."""
     knobs = Knobs(batch=1, cutoff_len=cutoff, lora_rank=8, checkpointing=checkpointing, lean_logits=True)
     return replace(knobs, attention="eager" if arm == "math" else "sdpa", lean_attention=arm == "lean")
-
-
-def one_run(yaml_file: Path, arm: str, device: str, out: Path) -> dict:
-    """A fresh process: the imports, the monitor's baseline, then the training."""
-    done = subprocess.run([sys.executable, __file__, "--worker", str(yaml_file), arm, device, str(out)],
-                          capture_output=True, text=True, env=fresh_process_env(OFFLINE))  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"run failed ({yaml_file}, {arm}): {done.stderr[-2000:]}")
-    return json.loads((out / "measured.json").read_text())
 
 
 def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
@@ -91,12 +81,7 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
         paths = lf.run({**args, "lean_logits": True, "lean_attention": arm == "lean"}, callbacks=[monitor])
     if paths["lean_attention"]["training"] != ("lean" if arm == "lean" else None):
         raise SystemExit(f"arm {arm}: lean attention ran as {paths['lean_attention']}")
-    measured = monitor.stop()
-    steps = measured["step_seconds"][1:] or measured["step_seconds"]
-    logged = [json.loads(line) for line in (Path(out) / "trainer_log.jsonl").read_text().splitlines()]
-    result = {"training_gb": measured["training_gb"], "step_s": statistics.median(steps),
-              "losses": [row["loss"] for row in logged if "loss" in row]}  # fmt: skip
-    (Path(out) / "measured.json").write_text(json.dumps(result))
+    write_measured(monitor, out)
 
 
 def rounds_of(yaml_file: Path, arms: list[str], repeats: int, device: str, case_dir: Path) -> list[dict]:
@@ -104,7 +89,7 @@ def rounds_of(yaml_file: Path, arms: list[str], repeats: int, device: str, case_
     rounds = []
     for repeat in range(repeats):
         order = arms[repeat % len(arms) :] + arms[: repeat % len(arms)]
-        rounds.append({arm: one_run(yaml_file, arm, device, case_dir / f"{arm}-{repeat}") for arm in order})
+        rounds.append({arm: one_run(yaml_file, arm, device, case_dir / f"{arm}-{repeat}", __file__) for arm in order})
     return rounds
 
 

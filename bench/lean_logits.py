@@ -65,13 +65,23 @@ def write_yaml(
     return path
 
 
-def one_run(yaml_file: Path, arm: str, device: str, out: Path) -> dict:
-    """A fresh process: the imports, the monitor's baseline, then the training."""
-    done = subprocess.run([sys.executable, __file__, "--worker", str(yaml_file), arm, device, str(out)],
+def one_run(yaml_file: Path, arm: str, device: str, out: Path, bench: str = __file__) -> dict:
+    """A fresh process of BENCH's worker: the imports, the monitor's baseline, then the training."""
+    done = subprocess.run([sys.executable, bench, "--worker", str(yaml_file), arm, device, str(out)],
                           capture_output=True, text=True, env=fresh_process_env(OFFLINE))  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"run failed ({yaml_file}, {arm}): {done.stderr[-2000:]}")
     return json.loads((out / "measured.json").read_text())
+
+
+def write_measured(monitor, out: str) -> None:
+    """A worker's result: training memory, the median step after the first, the logged losses."""
+    measured = monitor.stop()
+    steps = measured["step_seconds"][1:] or measured["step_seconds"]
+    logged = [json.loads(line) for line in (Path(out) / "trainer_log.jsonl").read_text().splitlines()]
+    result = {"training_gb": measured["training_gb"], "step_s": statistics.median(steps),
+              "losses": [row["loss"] for row in logged if "loss" in row]}  # fmt: skip
+    (Path(out) / "measured.json").write_text(json.dumps(result))
 
 
 def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
@@ -93,12 +103,7 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
         lf.run({**args, "lean_logits": False}, callbacks=[monitor])
     else:  # LLaMA-Factory alone, as llamafactory-cli train
         run_exp({**args, "enable_liger_kernel": arm == "liger"}, callbacks=[monitor])
-    measured = monitor.stop()
-    steps = measured["step_seconds"][1:] or measured["step_seconds"]
-    logged = [json.loads(line) for line in (Path(out) / "trainer_log.jsonl").read_text().splitlines()]
-    result = {"training_gb": measured["training_gb"], "step_s": statistics.median(steps),
-              "losses": [row["loss"] for row in logged if "loss" in row]}  # fmt: skip
-    (Path(out) / "measured.json").write_text(json.dumps(result))
+    write_measured(monitor, out)
 
 
 def loss_diff(run: dict, whole: dict) -> float:
