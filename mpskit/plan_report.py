@@ -79,16 +79,18 @@ def duration_lines(duration: RunDuration, probe: Probe | None) -> list[str]:
     return lines
 
 
-def lean_saving(plan: Plan, option: Option) -> int | None:
-    """Bytes the lean-logits path saves over whole logits for this setting; None where it does not run."""
-    if not lean_logits_apply(option.knobs, plan.stage):
+def lean_saving(plan: Plan, option: Option, path: str) -> int | None:
+    """Bytes a lean path (`lean_logits` or `lean_attention`) saves over what it replaces for this
+    setting; None where it does not run."""
+    runs = lean_logits_apply if path == "lean_logits" else lean_attention_runs
+    if not runs(option.knobs, plan.stage if path == "lean_logits" else plan.device):
         return None
-    whole = estimate(plan.dims, replace(option.knobs, lean_logits=False), plan.stage, plan.device)
-    return whole.training - option.estimate.training
+    plain = estimate(plan.dims, replace(option.knobs, **{path: False}), plan.stage, plan.device)
+    return plain.training - option.estimate.training
 
 
 def _logits_line(plan: Plan, option: Option) -> str:
-    saving = lean_saving(plan, option)
+    saving = lean_saving(plan, option, "lean_logits")
     if saving is not None:
         return f"lean logits: -{saving / GB:.2f} GB against whole logits (lean_logits=false)"
     if option.knobs.lean_logits:
@@ -96,16 +98,8 @@ def _logits_line(plan: Plan, option: Option) -> str:
     return "whole logits (lean_logits=false)"
 
 
-def attention_saving(plan: Plan, option: Option) -> int | None:
-    """Bytes lean attention saves over the attention it replaces; None where it does not run."""
-    if not lean_attention_runs(option.knobs, plan.device):
-        return None
-    plain = estimate(plan.dims, replace(option.knobs, lean_attention=False), plan.stage, plan.device)
-    return plain.training - option.estimate.training
-
-
 def _attention_line(plan: Plan, option: Option) -> str:
-    saving = attention_saving(plan, option)
+    saving = lean_saving(plan, option, "lean_attention")
     attention = option.knobs.attention
     fused = attention_fused(attention, plan.device)
     if saving is None and fused:
@@ -144,8 +138,8 @@ def plan_as_dict(run: ResolvedRun, plan: Plan, duration: RunDuration | None = No
         "would_fit": plan.would_fit,
         "duration": duration.as_dict() if duration else None,
         "probe": _probe_dict(probe, duration) if probe else None,
-        "lean_logits_saving_gb": _gb_or_none(lean_saving(plan, plan.chosen or plan.asked)),
-        "lean_attention_saving_gb": _gb_or_none(attention_saving(plan, plan.chosen or plan.asked)),
+        "lean_logits_saving_gb": _gb_or_none(lean_saving(plan, plan.chosen or plan.asked, "lean_logits")),
+        "lean_attention_saving_gb": _gb_or_none(lean_saving(plan, plan.chosen or plan.asked, "lean_attention")),
     }
 
 
