@@ -26,7 +26,16 @@ from mpskit.errors import Interrupted, MpskitError
 from mpskit.knobs import LADDER, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.launch import inside_launch, rank
 from mpskit.oom import OutOfMemory, recognise
-from mpskit.rundir import RunRecord, checkpoints, last_checkpoint, read_log, read_record, set_aside, update_record
+from mpskit.rundir import (
+    RunRecord,
+    checkpoints,
+    last_checkpoint,
+    read_log,
+    read_record,
+    set_aside,
+    update_record,
+    write_atomic,
+)
 from mpskit.signals import SignalGuard, Stopped
 
 MAX_ATTEMPTS = 4
@@ -46,7 +55,7 @@ def _record_attempt(run_dir: Path, attempt: dict, measured: dict, samples: list)
 
     if inside_launch():
         summary = {"rank": rank(), "world_size": int(os.environ["WORLD_SIZE"]), **attempt, "measured": measured}
-        (run_dir / f"rank-{rank()}.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        write_atomic(run_dir / f"rank-{rank()}.json", json.dumps(summary, indent=2, default=str) + "\n")
         if rank() != 0:
             return
 

@@ -16,6 +16,7 @@ import yaml
 
 from mpskit.errors import MpskitError
 from mpskit.memory import LEAN_STAGES
+from mpskit.rundir import write_atomic
 
 # mpskit's own run keys for the lean paths: kept out of the written YAML, which must also run under
 # plain `llamafactory-cli train` (where LLaMA-Factory's own paths run), and recorded in mpskit.json.
@@ -184,7 +185,7 @@ def yaml_text(args: dict) -> str:
 def write_yaml(args: dict, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml_text(args), encoding="utf-8")
+    write_atomic(path, yaml_text(args))
     return path
 
 

@@ -51,9 +51,23 @@ class RunRecord:
     attempts: list[dict] = field(default_factory=list)  # knobs, resumed_from, outcome, measured, lean_logits
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """PATH holds its old text or the new one, never a part (a full disk, a kill): the text goes to a
+    temporary file in the same folder, reaches the disk, then replaces PATH in one rename. A link at
+    PATH is replaced, not written through."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
 def write_record(run_dir: Path, record: RunRecord) -> None:
-    text = json.dumps(dataclasses.asdict(record), indent=2, default=str) + "\n"
-    (run_dir / RECORD).write_text(text, encoding="utf-8")
+    write_atomic(run_dir / RECORD, json.dumps(dataclasses.asdict(record), indent=2, default=str) + "\n")
 
 
 def read_record(run_dir: Path) -> RunRecord:
@@ -145,8 +159,11 @@ def last_checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
-def point_latest(run_dir: Path) -> None:
-    """output/<run>/latest -> this run folder, unless something else the user made is there."""
+def point_latest(run_dir: Path, root: str | Path = "output") -> None:
+    """output/<run>/latest -> this run folder, unless something else the user made is there. Only
+    for a folder mpskit made under output/: never beside a user's own output_dir (a model folder...)."""
+    if run_dir.resolve().parent.parent != Path(root).resolve():
+        return
     latest = run_dir.parent / "latest"
     ours = latest.is_symlink() and "/" not in os.readlink(latest)  # mpskit links to a sibling folder
     if ours or not (latest.exists() or latest.is_symlink()):

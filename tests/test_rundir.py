@@ -1,8 +1,13 @@
 """The run folder: the typed record round-trips, and resume never picks a checkpoint whose save did not finish."""
 
+import errno
 import json
+import os
+from pathlib import Path
 
-from mpskit.rundir import RunRecord, last_checkpoint, read_record, update_record, write_record
+import pytest
+
+from mpskit.rundir import RunRecord, last_checkpoint, point_latest, read_record, update_record, write_record
 
 
 def make_checkpoint(run_dir, step: int, state: str | None = '{"global_step": 1}', weights: bool = True,
@@ -66,6 +71,53 @@ def test_record_round_trips_and_updates(tmp_path):
     data["written_by_a_newer_mpskit"] = 1
     (tmp_path / "mpskit.json").write_text(json.dumps(data))
     assert read_record(tmp_path).stage == "dpo"
+
+
+def test_a_record_write_on_a_full_disk_leaves_the_record_it_had(tmp_path, monkeypatch):
+    """The write goes to a temporary file first: ENOSPC there leaves mpskit.json whole and readable."""
+    write_record(tmp_path, RunRecord(run_name="r", stage="sft", device="cpu", attempts=[{"outcome": "stopped"}]))
+    before = (tmp_path / "mpskit.json").read_bytes()
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        update_record(tmp_path, lambda r: r.attempts.append({"outcome": "finished", "log": "x" * 100_000}))
+    assert (tmp_path / "mpskit.json").read_bytes() == before
+    assert read_record(tmp_path).attempts == [{"outcome": "stopped"}]
+    assert [p.name for p in tmp_path.iterdir()] == ["mpskit.json"]  # no temporary file left behind
+
+
+def test_config_force_over_a_link_replaces_the_link_not_the_file_it_points_at(tmp_path, tiny_model):
+    from conftest import ROOT, run_mpskit
+
+    own = tmp_path / "run.yaml"
+    own.write_text("stage: sft\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(own)
+    words = ["stage=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen"]
+    result = run_mpskit("config", *words, "-o", str(link), "--force", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert own.read_text() == "stage: sft\n"
+    assert not link.is_symlink() and "model_name_or_path" in link.read_text()
+
+
+def test_latest_only_under_output_never_beside_a_users_own_output_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model_run = tmp_path / "model" / "run"  # output_dir=<model>/run
+    model_run.mkdir(parents=True)
+    (tmp_path / "model" / "latest").symlink_to("weights")  # the user's own relative link
+    point_latest(model_run)
+    assert os.readlink(tmp_path / "model" / "latest") == "weights"
+    elsewhere = tmp_path / "mine" / "run"
+    elsewhere.mkdir(parents=True)
+    point_latest(elsewhere)
+    assert not (tmp_path / "mine" / "latest").exists()
+    ours = tmp_path / "output" / "sft-model" / "20260101-000000"
+    ours.mkdir(parents=True)
+    point_latest(Path("output") / "sft-model" / "20260101-000000")
+    assert (ours.parent / "latest").resolve() == ours
 
 
 def test_resume_of_a_finished_run_changes_nothing(tmp_path):
