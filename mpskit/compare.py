@@ -45,9 +45,15 @@ def markdown_table(columns: tuple[str, ...], rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+OUTPUTS = ("comparison.csv", "comparison.md", "comparison.png")
+
+
 def compare(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
-    runs = [summarise_run(Path(d).resolve()) for d in run_dirs]
     out = Path(out_dir)
+    there = [name for name in OUTPUTS if (out / name).exists() or (out / name).is_symlink()]
+    if there:
+        raise MpskitError(f"{out} already holds {', '.join(there)}", "give --out a new folder; mpskit never overwrites")
+    runs = [summarise_run(Path(d).resolve()) for d in run_dirs]
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "comparison.csv", "w", newline="") as f:
         writer = csv.writer(f)

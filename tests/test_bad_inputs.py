@@ -49,6 +49,7 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("bad_info/dataset_info.json", "{not json")
     write("missing_file/dataset_info.json", json.dumps({"d": {"file_name": "gone.json"}}))
     write("a_file", "not a folder")
+    write("compared/comparison.md", "last week's comparison")
     write("full_run/keep.txt", "two hours of training")
     write("no_ckpt_run/mpskit.json", "{}")
     write("no_ckpt_run/llamafactory.yaml", "stage: sft\n")
@@ -339,6 +340,8 @@ CASES = [
     ("word without a key", ["train", "BASE", "=4"], ["empty key"]),
     ("unknown command", ["trian"], ["invalid choice: 'trian'"]),
     ("compare without --out", ["compare", "{w}/not_a_run"], ["--out"]),
+    ("compare over an earlier comparison", ["compare", "--out", "{w}/compared", "{w}/not_a_run"],
+     ["already holds comparison.md", "new folder"]),
     pytest.param(
         "MPS profile on a machine without MPS",
         ["train", "BASE", "--hardware", "m1-pro-16gb"],
