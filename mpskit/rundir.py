@@ -120,9 +120,20 @@ def incomplete_reason(checkpoint: Path) -> str | None:
         return "no weights"
     if weights[0].suffix == ".safetensors" and not _safetensors_whole(weights[0]):
         return f"{weights[0].name} is cut short"
-    if not zipfile.is_zipfile(checkpoint / "optimizer.pt"):  # torch.save writes a zip archive
-        return "no readable optimizer.pt"
+    for name in ("optimizer.pt", "scheduler.pt"):
+        if not _torch_file(checkpoint / name):
+            return f"no readable {name}"
     return None
+
+
+def _torch_file(path: Path) -> bool:
+    """What torch.save writes: a zip archive (its index is at the end, so a cut-short file has none)
+    holding <name>/data.pkl."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _safetensors_whole(path: Path) -> bool:

@@ -11,7 +11,7 @@ from mpskit.rundir import RunRecord, last_checkpoint, point_latest, read_record,
 
 
 def make_checkpoint(run_dir, step: int, state: str | None = '{"global_step": 1}', weights: bool = True,
-                    cut_weights: bool = False, optimizer: bool = True):  # fmt: skip
+                    cut_weights: bool = False, optimizer: bool = True, scheduler: bool = True):  # fmt: skip
     """A checkpoint folder as transformers writes it, with real (tiny) safetensors and torch.save files."""
     import torch
     from safetensors.torch import save_file
@@ -27,6 +27,8 @@ def make_checkpoint(run_dir, step: int, state: str | None = '{"global_step": 1}'
             (path / "adapter_model.safetensors").write_bytes(data[: len(data) - 100])
     if optimizer:
         torch.save({"state": {0: torch.ones(8)}}, path / "optimizer.pt")
+    if scheduler:
+        torch.save({"last_epoch": step}, path / "scheduler.pt")
     return path
 
 
@@ -45,15 +47,19 @@ def test_newest_complete_checkpoint_wins_and_incomplete_ones_are_kept_aside(tmp_
 
 
 def test_cut_short_weights_or_a_missing_optimizer_are_incomplete(tmp_path, capsys):
+    import zipfile
+
     good = make_checkpoint(tmp_path, 2)
     make_checkpoint(tmp_path, 4, cut_weights=True)
     make_checkpoint(tmp_path, 6, optimizer=False)
+    make_checkpoint(tmp_path, 8, scheduler=False)
+    with zipfile.ZipFile(make_checkpoint(tmp_path, 10, optimizer=False) / "optimizer.pt", "w") as archive:
+        archive.writestr("notes.txt", "a zip, but not what torch.save writes")
     assert last_checkpoint(tmp_path) == good
     err = capsys.readouterr().err
-    assert (
-        "checkpoint-4: adapter_model.safetensors is cut short" in err
-        and "checkpoint-6: no readable optimizer.pt" in err
-    )
+    assert "checkpoint-4: adapter_model.safetensors is cut short" in err
+    assert "checkpoint-6: no readable optimizer.pt" in err and "checkpoint-10: no readable optimizer.pt" in err
+    assert "checkpoint-8: no readable scheduler.pt" in err
 
 
 def test_no_checkpoint_at_all(tmp_path):
