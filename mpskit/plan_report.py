@@ -82,8 +82,11 @@ def duration_lines(duration: RunDuration, probe: Probe | None) -> list[str]:
 def lean_saving(plan: Plan, option: Option, path: str) -> int | None:
     """Bytes a lean path (`lean_logits` or `lean_attention`) saves over what it replaces for this
     setting; None where it does not run."""
-    runs = lean_logits_apply if path == "lean_logits" else lean_attention_runs
-    if not runs(option.knobs, plan.stage if path == "lean_logits" else plan.device):
+    if path == "lean_logits":
+        runs = lean_logits_apply(option.knobs, plan.stage)
+    else:
+        runs = lean_attention_runs(option.knobs, plan.device)
+    if not runs:
         return None
     plain = estimate(plan.dims, replace(option.knobs, **{path: False}), plan.stage, plan.device)
     return plain.training - option.estimate.training
