@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from memory_accuracy import MODELS  # noqa: E402
 
 from mpskit.measure import OFFLINE, Case, case_words, fresh_process_env, measure, write_long_data  # noqa: E402
-from mpskit.rundir import read_record  # noqa: E402
+from mpskit.rundir import RunDir  # noqa: E402
 from mpskit.tiny import build_tiny_model  # noqa: E402
 
 # (model, Case(stage, cutoff_len, batch, lora_rank, checkpointing, steps=...)); the last is the case
@@ -117,7 +117,7 @@ def main() -> int:
                         rows[i]["probe_wall"].append(timed["predicted_s"] + timed["startup_s"])
                     else:
                         rows[i]["wall"].append(measure(case, models[model], data, out, ns.hardware)["seconds"])
-                        duration = read_record(out).duration
+                        duration = RunDir.open(out).record.duration
                         rows[i]["measured"].append(duration["measured_s"])
                         rows[i]["figures"].append(duration["predicted_s"])
                 print(f"round {round_ + 1}: {model} {case.stage} batch {case.batch} done", file=sys.stderr, flush=True)

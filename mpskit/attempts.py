@@ -10,6 +10,7 @@ it ends, is recorded in mpskit.json.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import gc
 import json
@@ -26,16 +27,7 @@ from mpskit.errors import Interrupted, MpskitError
 from mpskit.knobs import LADDER, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.launch import inside_launch, rank
 from mpskit.oom import OutOfMemory, recognise
-from mpskit.rundir import (
-    RunRecord,
-    checkpoints,
-    last_checkpoint,
-    read_log,
-    read_record,
-    set_aside,
-    update_record,
-    write_atomic,
-)
+from mpskit.rundir import FINISHED, Attempt, RunDir, point_latest, set_aside, write_atomic
 from mpskit.signals import SignalGuard, Stopped
 
 MAX_ATTEMPTS = 4
@@ -49,30 +41,27 @@ class Ladder:
     cutoff_floor: int = 256
 
 
-def _record_attempt(run_dir: Path, attempt: dict, measured: dict, samples: list) -> None:
+def _record_attempt(run: RunDir, attempt: Attempt, samples: list) -> None:
     """Rank 0 writes mpskit.json and memory.png; with several processes each also writes rank-N.json."""
     from mpskit.plots import plot_memory
 
     if inside_launch():
-        summary = {"rank": rank(), "world_size": int(os.environ["WORLD_SIZE"]), **attempt, "measured": measured}
-        write_atomic(run_dir / f"rank-{rank()}.json", json.dumps(summary, indent=2, default=str) + "\n")
+        summary = {"rank": rank(), "world_size": int(os.environ["WORLD_SIZE"]), **dataclasses.asdict(attempt)}
+        write_atomic(run.path / f"rank-{rank()}.json", json.dumps(summary, indent=2, default=str) + "\n")
         if rank() != 0:
             return
-
-    def change(record: RunRecord) -> None:
-        record.attempts.append({**attempt, "measured": measured})
-        if not measured:
-            return
-        memory = record.memory
+    measured, memory = attempt.measured, run.record.memory
+    if measured:
         memory["measured"] = measured
         predicted = memory.get("predicted", {}).get("training_gb")
         if predicted and measured["training_gb"] > 0:
             memory["error"] = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
-        _add_measured_time(record.duration, measured["step_seconds"], attempt["outcome"] == "finished")
-
-    memory = update_record(run_dir, change).memory
+        _add_measured_time(run.record.duration, measured["step_seconds"], attempt.outcome == FINISHED)
+    run.add_attempt(attempt)
     if measured:
-        plot_memory(run_dir, samples, measured, memory.get("predicted", {}).get("training_gb"), memory.get("budget_gb"))
+        plot_memory(
+            run.path, samples, measured, memory.get("predicted", {}).get("training_gb"), memory.get("budget_gb")
+        )
 
 
 def _add_measured_time(duration: dict, step_seconds: list[float], finished: bool) -> None:
@@ -84,11 +73,6 @@ def _add_measured_time(duration: dict, step_seconds: list[float], finished: bool
     predicted = duration.get("predicted_s")
     if finished and predicted and duration["measured_s"] > 0:
         duration["error"] = round((predicted - duration["measured_s"]) / duration["measured_s"], 4)
-
-
-def _measured(monitor) -> tuple[dict, list]:
-    """The monitor's figures and samples; none when the attempt stopped before it started."""
-    return (monitor.stop(), monitor.samples) if monitor else ({}, [])
 
 
 def _free_device_memory(device: str) -> None:
@@ -104,90 +88,106 @@ def _oom_block(oom: OutOfMemory, predicted_gb: float | None, attempt: int, step:
     return f"mpskit: out of memory on {oom.device} in attempt {attempt} ({step}): {oom.figures()}; estimate {estimate}"
 
 
-def run_attempts(run_dir: Path, args: dict, device: str, ladder: Ladder, checkpoint: Path | None = None) -> Path:
+def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | None = None) -> Path:
     """Train until finished, out of rungs, or stopped by a signal (then raises Interrupted)."""
     effective = effective_batch(args)
-    first = len(read_record(run_dir).attempts) + 1
-    attempt = first - 1
+    device = run.record.device
+    predicted = run.record.memory.get("predicted", {}).get("training_gb")
+    first = len(run.record.attempts) + 1
+    number = first - 1
     while True:
-        attempt += 1
+        number += 1
         attempt_args = {**args, "resume_from_checkpoint": str(checkpoint) if checkpoint else None}
         before = from_args(args)
-        entry = {
-            "attempt": attempt,
-            "knobs": to_args(before, effective),
-            "resumed_from": checkpoint.name if checkpoint else None,
-        }
+        attempt = Attempt(number, to_args(before, effective), checkpoint.name if checkpoint else None)
         guard, monitor = SignalGuard(), None
         try:
             with guard:
                 lf.import_engine()  # torch, transformers, LLaMA-Factory: slow the first time
-                from mpskit.callbacks import StopOnDivergence, StopOnSignal, fake_faults
+                from mpskit.callbacks import OnTrainBegin, StopOnDivergence, StopOnSignal, fake_faults
                 from mpskit.monitor import MemoryMonitor
                 from mpskit.progress import ProgressLine
 
                 monitor = MemoryMonitor(device)  # after the imports: its baseline
-                faults = fake_faults() if attempt == first == 1 else []
-                predicted = read_record(run_dir).memory.get("predicted", {}).get("training_gb")
+                faults = fake_faults() if number == first == 1 else []
                 progress = ProgressLine(monitor, predicted)
-                callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), *faults]
+                started = OnTrainBegin(lambda: _point_latest(run))
+                callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started, *faults]
                 lean_paths = lf.run(attempt_args, callbacks=callbacks)
         except Stopped as stop:
-            outcome = f"stopped by {stop.signal_name} {stop.when}"
-            _record_attempt(run_dir, {**entry, "outcome": outcome}, *_measured(monitor))
-            raise Interrupted(run_dir, last_checkpoint(run_dir)) from None
+            attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
+            _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
+            raise Interrupted(run.path, run.last_checkpoint()) from None
         except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
             oom = recognise(err)
             if oom is None:
-                _fail(run_dir, entry, err, _measured(monitor)[0])
+                _fail(run, _with_measured(attempt, monitor), err)
         else:
-            outcome = f"stopped by {guard.signal_name}" if guard.signal_name else "finished"
-            entry.update(outcome=outcome, **lean_paths)
-            _record_attempt(run_dir, entry, *_measured(monitor))
+            attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
+            attempt.lean_logits, attempt.lean_attention = lean_paths["lean_logits"], lean_paths["lean_attention"]
+            _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
             if guard.signal_name:
-                raise Interrupted(run_dir, last_checkpoint(run_dir))
-            return run_dir
+                raise Interrupted(run.path, run.last_checkpoint())
+            return run.path
 
         _free_device_memory(device)  # out of the except block: the failed attempt's frames are gone
-        predicted = read_record(run_dir).memory.get("predicted", {})
-        print(_oom_block(oom, predicted.get("training_gb"), attempt, _step_reached(run_dir)), file=sys.stderr)
+        print(_oom_block(oom, predicted, number, run.step_reached()), file=sys.stderr)
         rung = next_rung(before, effective, ladder.free, ladder.cutoff_floor)
-        entry.update(outcome="out of memory", device_figures=vars(oom), next_rung=rung[1] if rung else None)
-        _record_attempt(run_dir, entry, *_measured(monitor))
-        if rung is None or attempt == first + MAX_ATTEMPTS - 1:
+        attempt.outcome, attempt.device_figures = "out of memory", vars(oom)
+        attempt.next_rung = rung[1] if rung else None
+        _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
+        if rung is None or number == first + MAX_ATTEMPTS - 1:
             raise MpskitError(
                 f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
-                f"run with less memory: {_command_that_fits(run_dir, args, effective)}",
+                f"run with less memory: {_command_that_fits(run, args, effective)}",
             )
         args = {**args, **to_args(rung[0], effective)}
-        checkpoint = last_checkpoint(run_dir)
+        checkpoint = run.last_checkpoint()
         if rung[0].lora_rank != before.lora_rank:
             # a checkpoint holds the adapter's weights: a new rank cannot resume from them, and
             # LLaMA-Factory would pick the newest one up from output_dir by itself
-            for old in checkpoints(run_dir):
+            for old in run.checkpoints():
                 set_aside(old, f"rank-{before.lora_rank}")
             checkpoint = None
         where = f"resuming from {checkpoint.name}" if checkpoint else "restarting from step 0"
         print(f"mpskit: next rung: {rung[1]}; {where}", file=sys.stderr)
 
 
-def _fail(run_dir: Path, entry: dict, err: Exception, measured: dict) -> NoReturn:
+def _point_latest(run: RunDir) -> None:
+    """`latest` moves once training starts, never to a run that failed before its first step."""
+    if rank() == 0:
+        point_latest(run.path)
+
+
+def _with_measured(attempt: Attempt, monitor) -> Attempt:
+    """The attempt with the monitor's figures; none when it stopped before the monitor started."""
+    attempt.measured = monitor.stop() if monitor else {}
+    return attempt
+
+
+def _samples(monitor) -> list:
+    return monitor.samples if monitor else []
+
+
+def _fail(run: RunDir, attempt: Attempt, err: Exception) -> NoReturn:
     """Record a failed attempt and raise: a full disk as one line with the resume command, anything
     else as it is."""
     full = disk_full(err)
-    what = "disk full" if full else err.problem if isinstance(err, MpskitError) else type(err).__name__
+    attempt.outcome = (
+        f"error: {'disk full' if full else err.problem if isinstance(err, MpskitError) else type(err).__name__}"
+    )
     try:
-        _record_attempt(run_dir, {**entry, "outcome": f"error: {what}"}, measured, [])
+        _record_attempt(run, attempt, [])
     except OSError:
         if not full:  # a full disk may not even take the record
             raise
     if not full:
         raise err
-    newest = last_checkpoint(run_dir)
+    newest = run.last_checkpoint()
     raise MpskitError(
-        f"the disk under {run_dir} is full ({_step_reached(run_dir)}); the newest complete checkpoint is "
+        f"the disk under {run.path} is full ({run.step_reached()}); the newest complete checkpoint is "
         f"{newest.name if newest else 'none'}",
-        f"free some space, then: mpskit train --resume {run_dir}",
+        f"free some space, then: mpskit train --resume {run.path}",
     ) from err
 
 
@@ -199,16 +199,11 @@ def disk_full(err: BaseException) -> bool:
     return any(sign in text for sign in ("No space left on device", "code: 28", "file write failed"))
 
 
-def _step_reached(run_dir: Path) -> str:
-    log = read_log(run_dir)
-    return f"after step {log[-1].get('current_steps')}" if log else "before the first logged step"
-
-
-def _command_that_fits(run_dir: Path, args: dict, effective: int) -> str:
+def _command_that_fits(run: RunDir, args: dict, effective: int) -> str:
     """The recorded command with the next rung taken as if every knob were free."""
     knobs = from_args(args)
     rung = next_rung(knobs, effective, set(LADDER), cutoff_floor=64)
-    command = read_record(run_dir).command or ["mpskit", "train"]
+    command = run.record.command or ["mpskit", "train"]
     if rung is None:
         return "a smaller model or a machine with more memory (see `mpskit plan`)"
     current, after = to_args(knobs, effective), to_args(rung[0], effective)

@@ -1,11 +1,14 @@
 """TrainerCallbacks for clean stops: Ctrl-C / SIGTERM at a step boundary (signals.py), a stop at the
-first non-finite loss or weight, and the test-only faults (out of memory, a full disk)."""
+first non-finite loss or weight, the moment training starts, and the test-only faults (out of memory,
+a full disk, a kill)."""
 
 from __future__ import annotations
 
 import errno
 import math
 import os
+import signal
+from collections.abc import Callable
 
 import torch
 from transformers import TrainerCallback
@@ -16,6 +19,7 @@ from mpskit.signals import SignalGuard
 
 FAKE_OOM_VARIABLE = "MPSKIT_FAKE_OOM_AT_STEP"
 FAKE_FULL_DISK_VARIABLE = "MPSKIT_FAKE_FULL_DISK_AT_STEP"
+FAKE_KILL_VARIABLE = "MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP"
 
 
 class StopOnSignal(TrainerCallback):
@@ -38,6 +42,17 @@ class StopOnSignal(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if not self.guard.signal_name:
             self.guard.phase = "after the last step, while saving the results"
+        return control
+
+
+class OnTrainBegin(TrainerCallback):
+    """Calls `action` once the model, data and optimizer are ready and the first step is next."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action = action
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.action()
         return control
 
 
@@ -102,7 +117,25 @@ class FakeFullDisk(TrainerCallback):
         return control
 
 
+class FakeKill(TrainerCallback):
+    """Test-only: MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP=N kills the process (SIGKILL, nothing runs after
+    it) as soon as the checkpoint of step N is saved: at the last step, the moment between the last
+    checkpoint and the record of the end."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return control
+
+
 def fake_faults() -> list[TrainerCallback]:
     """The test-only faults the environment asks for (first attempt of a run only)."""
-    oom, disk = os.environ.get(FAKE_OOM_VARIABLE), os.environ.get(FAKE_FULL_DISK_VARIABLE)
-    return [*([FakeOutOfMemory(int(oom))] if oom else []), *([FakeFullDisk(int(disk))] if disk else [])]
+    kinds = (
+        (FAKE_OOM_VARIABLE, FakeOutOfMemory),
+        (FAKE_FULL_DISK_VARIABLE, FakeFullDisk),
+        (FAKE_KILL_VARIABLE, FakeKill),
+    )
+    return [fault(int(os.environ[name])) for name, fault in kinds if os.environ.get(name)]

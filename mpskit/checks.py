@@ -12,8 +12,8 @@ import platform
 import shutil
 from pathlib import Path
 
-from mpskit import advice
-from mpskit.dataset_checks import check_datasets
+from mpskit import advice, lf
+from mpskit.dataset_checks import check_conversion, check_datasets
 from mpskit.errors import MpskitError, warn
 from mpskit.foodpo import split_foodpo_args
 from mpskit.hardware import nvidia_gpus
@@ -32,7 +32,7 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
     downloaded is a warning."""
     check_model(str(run.args["model_name_or_path"]), need_weights)
     check_datasets(run.args)
-    check_resume_from(run.args.get("resume_from_checkpoint"))
+    check_resume_from(run.args.get("resume_from_checkpoint"), run.args)
     if run.stage == "foodpo":
         split_foodpo_args(run.args)  # fail on bad fooDPO settings before anything loads
     try:
@@ -48,6 +48,14 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
             "what would fit: " + "; ".join(memory_plan.would_fit[1:]) + " (see `mpskit plan`)",
         )
     return planned, memory_plan
+
+
+def check_with_engine(args: dict) -> None:
+    """The checks that ask LLaMA-Factory itself (they import it, and torch): its keys, its templates,
+    and the dataset rows through its own converter."""
+    lf.check_keys(args)
+    lf.check_template(args)
+    check_conversion(args)
 
 
 def check_model(model: str, need_weights: bool = True) -> None:
@@ -68,6 +76,8 @@ def check_model(model: str, need_weights: bool = True) -> None:
             json.loads((path / "config.json").read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise MpskitError(f"{path / 'config.json'} is not valid JSON", "restore the model's config.json") from err
+        if need_weights:
+            _check_model_files(path)
         return
     looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
     if not looks_like_hub_id:
@@ -81,6 +91,24 @@ def check_model(model: str, need_weights: bool = True) -> None:
         raise MpskitError(f"model {model} is not a local directory and the hub cannot be reached", fix)
 
 
+MODEL_WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.pt", "*.gguf")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def _check_model_files(path: Path) -> None:
+    """A local model folder has weights and a tokenizer besides config.json: without them loading
+    fails minutes later, after the run folder is written."""
+    if not any(any(path.glob(pattern)) for pattern in MODEL_WEIGHTS):
+        raise MpskitError(
+            f"model directory {path} has no weights (*.safetensors, *.bin)", "copy the whole model folder"
+        )
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise MpskitError(
+            f"model directory {path} has no tokenizer ({', '.join(TOKENIZER_FILES[:2])})",
+            "copy the whole model folder",
+        )
+
+
 def _hub_reachable(model: str) -> bool:
     import urllib.request
 
@@ -92,8 +120,9 @@ def _hub_reachable(model: str) -> bool:
         return False
 
 
-def check_resume_from(checkpoint: str | None) -> None:
-    """A `resume_from_checkpoint` the user gives is a complete checkpoint folder."""
+def check_resume_from(checkpoint: str | None, args: dict) -> None:
+    """A `resume_from_checkpoint` the user gives is a complete checkpoint folder whose adapter has the
+    run's LoRA rank (its weights are loaded into the run's adapter)."""
     if not checkpoint:
         return
     path = Path(str(checkpoint)).expanduser()
@@ -101,6 +130,16 @@ def check_resume_from(checkpoint: str | None) -> None:
     if why:
         raise MpskitError(
             f"resume_from_checkpoint {path}: {why}", "give a complete checkpoint-N folder, or leave it out"
+        )
+    try:
+        saved_rank = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get("r")
+    except (OSError, ValueError, AttributeError):
+        return  # not a LoRA checkpoint
+    rank = args.get("lora_rank", 8)
+    if args.get("finetuning_type", "lora") == "lora" and saved_rank is not None and saved_rank != rank:
+        raise MpskitError(
+            f"resume_from_checkpoint {path} holds a LoRA adapter of rank {saved_rank}; this run's lora_rank is {rank}",
+            f"set lora_rank={saved_rank}, or leave resume_from_checkpoint out",
         )
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from mpskit import __version__
-from mpskit.errors import Interrupted, MpskitError
+from mpskit.errors import Interrupted, MpskitError, warn
 
 NOTHING_FITS = 3  # `mpskit plan`: the report is printed, and no setting fits
 
@@ -42,7 +42,6 @@ def _resolve_from_words(words: list[str], typed: bool = True):
 def _note_cuda_only(run) -> None:
     """`config` and `plan` write and plan CUDA-only options anywhere, with a note; `train` refuses them
     off CUDA (checks.check_device)."""
-    from mpskit.errors import warn
     from mpskit.resolve import cuda_only
 
     for problem in cuda_only(run.args, run.device):
@@ -86,7 +85,7 @@ def cmd_ls(ns: argparse.Namespace) -> int:
 
 def cmd_config(words: list[str]) -> int:
     from mpskit import lf
-    from mpskit.checks import prepare
+    from mpskit.checks import check_with_engine, prepare
     from mpskit.rundir import new_run_dir
 
     force = "--force" in words
@@ -95,12 +94,16 @@ def cmd_config(words: list[str]) -> int:
     if output and (Path(output).exists() or Path(output).is_symlink()) and not force:
         raise MpskitError(f"{output} already exists", "give -o a new file, or add --force to replace it")
     run, _ = prepare(run, need_weights=False)
-    lf.check_keys(run.args)
+    check_with_engine(run.args)
     args = dict(run.args)
     args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))
     if output:
         lf.write_yaml(args, output)
         print(f"mpskit: wrote {output}", file=sys.stderr)
+        own = [f"{key}={str(args[key]).lower()}" for key in lf.LEAN_KEYS if key in run.pinned and key in args]
+        if own:  # llamafactory-cli would refuse them in the file, so they are not there
+            words = " ".join(own)
+            warn(f"{words}: mpskit's own keys, not in {output}; give them again: mpskit train {output} {words}")
     else:
         print(lf.yaml_text(args), end="")
     return 0
@@ -148,23 +151,24 @@ def cmd_train(words: list[str]) -> int:
 
 
 def cmd_rank(ns: argparse.Namespace) -> int:
+    from mpskit.rundir import RunDir
     from mpskit.train import continue_run
 
-    continue_run(Path(ns.run_dir))
+    continue_run(RunDir.open(ns.run_dir))
     return 0
 
 
 def cmd_chat(ns: argparse.Namespace) -> int:
     from mpskit.use_run import chat
 
-    chat(ns.run_dir, ns.prompt, ns.max_new_tokens)
+    chat(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.allow_unfinished)
     return 0
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
     from mpskit.use_run import export
 
-    out = export(ns.run_dir, ns.output)
+    out = export(ns.run_dir, ns.output, ns.allow_unfinished)
     print(f"mpskit: wrote {out} (loads with transformers' AutoModelForCausalLM.from_pretrained)", file=sys.stderr)
     return 0
 
@@ -172,8 +176,12 @@ def cmd_export(ns: argparse.Namespace) -> int:
 def cmd_eval(ns: argparse.Namespace) -> int:
     from mpskit.evaluate import evaluate
 
-    print(evaluate(ns.run_dirs, ns.dataset, ns.dataset_dir), end="")
+    print(evaluate(ns.run_dirs, ns.dataset, ns.dataset_dir, ns.allow_unfinished), end="")
     return 0
+
+
+def _allow_unfinished(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-unfinished", action="store_true", help="use the adapter of a run that stopped early")
 
 
 def cmd_tiny_model(ns: argparse.Namespace) -> int:
@@ -246,13 +254,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", nargs="?")
     p.add_argument("--prompt", help="answer this once and exit (else a loop on standard input)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=256)
+    _allow_unfinished(p)
     p = sub.add_parser("eval", help="held-out preference accuracy and reward margin of runs against the base model")
     p.add_argument("run_dirs", nargs="+")
     p.add_argument("--dataset", help="preference data to judge on (default: a DPO run's own eval_dataset)")
     p.add_argument("--dataset-dir", help="the folder with its dataset_info.json (default: the run's)")
+    _allow_unfinished(p)
     p = sub.add_parser("export", help="merge a run's LoRA into a standalone Hugging Face model folder")
     p.add_argument("run_dir", nargs="?")
     p.add_argument("-o", "--output", required=True, help="a new (or empty) folder")
+    _allow_unfinished(p)
     p = sub.add_parser("tiny-model", help="build the offline demo model (random weights) into DIR")
     p.add_argument("directory", nargs="?", help="default: where the tiny preset looks (once; kept after)")
     p.add_argument("--data", help="folder with the demo datasets (default: data/)")

@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.rundir import read_log, read_record
+from mpskit.rundir import RunDir
 
 COLUMNS = ("run", "stage", "pref_beta_scale", "final_train_loss", "eval_rewards/accuracies",
            "eval_rewards/margins", "mean_dynamic_beta")  # fmt: skip
 
 
 def summarise_run(run_dir: Path) -> dict:
-    try:
-        record = read_record(run_dir)
-        results = json.loads((run_dir / "all_results.json").read_text())
-    except FileNotFoundError as err:
-        raise MpskitError(f"{run_dir} is not a finished mpskit run ({Path(err.filename).name} missing)", "") from err
+    run = RunDir.open(run_dir)
+    record, results = run.record, run.results()
+    if not results:
+        raise MpskitError(f"{run.path} is not a finished mpskit run (no results written)", "")
     args = record.llamafactory_args
-    train_rows = [row for row in read_log(run_dir) if "loss" in row]
+    train_rows = [row for row in run.log() if "loss" in row]
     betas = [row["dynamic_beta"] for row in train_rows if "dynamic_beta" in row]
     return {
         "run": run_dir.parent.name,

@@ -9,9 +9,10 @@ LLaMA-Factory will); other formats, folders and hub datasets are left to LLaMA-F
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
-from mpskit.errors import MpskitError
+from mpskit.errors import MpskitError, warn
 
 PREFERENCE_STAGES = ("dpo", "foodpo", "rm")
 
@@ -58,6 +59,97 @@ def check_datasets(args: dict) -> None:
                 raise MpskitError(f"dataset '{name}' points at {path}, which does not exist", "fix file_name")
             if path.is_file() and path.suffix in (".json", ".jsonl"):
                 _check_rows(path, _read_rows(path), required_columns(entry, stage))
+    check_val_size(args)
+
+
+def check_val_size(args: dict) -> None:
+    """val_size as LLaMA-Factory splits with it: a share in [0, 1) or a number of rows above 1 that
+    leaves rows to train on, and never beside an eval_dataset."""
+    text = args.get("val_size")
+    if text is None:
+        return
+    try:
+        size = float(text)
+    except (TypeError, ValueError):
+        size = math.nan
+    fix = "set val_size to a share below 1 (0.1) or a number of rows (50), or leave it out"
+    if not math.isfinite(size) or size < 0 or size == 1:
+        raise MpskitError(f"val_size={text} is not a share in [0, 1) or a number of rows above 1", fix)
+    if size > 1e-6 and args.get("eval_dataset"):
+        raise MpskitError(
+            f"val_size={text} beside eval_dataset={args['eval_dataset']} (LLaMA-Factory takes one or the other)",
+            "leave out val_size or eval_dataset",
+        )
+    rows = training_rows(args)
+    held_out = math.ceil(size * rows) if rows and size < 1 else int(size)
+    if rows is not None and held_out >= rows:
+        raise MpskitError(f"val_size={text} holds out {held_out} of the {rows} training rows, leaving none", fix)
+
+
+CONVERTED_ROWS = 5000  # rows of each file put through LLaMA-Factory's converter before a run
+
+
+def check_conversion(args: dict) -> None:
+    """Rows of each local JSON / JSON Lines dataset through LLaMA-Factory's own converter, as its data
+    loader will put them (imports LLaMA-Factory). A row it cannot convert, or whose text is not text,
+    is one line; rows its processor would drop are said, and a file where it would drop all is refused."""
+    from llamafactory.data.converter import get_dataset_converter
+    from llamafactory.data.parser import get_dataset_list
+    from llamafactory.hparams import DataArguments
+
+    dataset_dir = str(args.get("dataset_dir", "data"))
+    stage = str(args.get("stage", "sft"))
+    data_args = DataArguments(dataset_dir=dataset_dir, media_dir=str(args.get("media_dir") or dataset_dir))
+    for attr in get_dataset_list(dataset_names(args), dataset_dir):
+        path = Path(dataset_dir) / attr.dataset_name
+        if attr.load_from != "file" or not path.is_file() or path.suffix not in (".json", ".jsonl"):
+            continue
+        converter = get_dataset_converter(attr.formatting, attr, data_args)
+        rows = _read_rows(path)[:CONVERTED_ROWS]
+        columns = dict.fromkeys(key for row in rows for key in row)  # `datasets` gives each row every column
+        dropped = []
+        for number, row in enumerate(rows, start=1):
+            try:
+                example = converter({**columns, **row})
+            except KeyError as err:
+                raise MpskitError(
+                    f"{path} has no '{err.args[0]}' column, which LLaMA-Factory's {attr.formatting} format reads",
+                    "add it to the rows, or map the columns in dataset_info.json",
+                ) from None
+            except Exception as err:  # noqa: BLE001 - whatever the converter raises, said as one line
+                raise MpskitError(
+                    f"{path}: LLaMA-Factory's {attr.formatting} converter cannot read row {number} "
+                    f"({type(err).__name__}: {err})",
+                    "fix the row, or map its columns in dataset_info.json",
+                ) from None
+            turns = [*example["_prompt"], *example["_response"]]
+            bad = next((turn for turn in turns if not isinstance(turn.get("content"), str)), None)
+            if bad is not None:  # a traceback in LLaMA-Factory's template, minutes later
+                raise MpskitError(
+                    f"{path}: row {number}: a {bad.get('role')} turn holds a {type(bad['content']).__name__}, not text",
+                    "give every prompt and answer as a string",
+                )
+            why = _dropped(example, stage)
+            if why:
+                dropped.append(f"row {number}: {why}")
+        if dropped and len(dropped) == len(rows):
+            raise MpskitError(f"{path}: LLaMA-Factory would drop every row ({dropped[0]})", "fix the rows")
+        if dropped:
+            warn(f"{path}: LLaMA-Factory drops {len(dropped)} of {len(rows)} rows ({dropped[0]})")
+
+
+def _dropped(example: dict, stage: str) -> str | None:
+    """Why LLaMA-Factory's processor for the stage would drop a converted row; None: it keeps it."""
+    if stage == "pt":
+        return None
+    if len(example["_prompt"]) % 2 != 1:
+        return "the turns before the answer do not end with the user's"
+    answers = len(example["_response"])
+    if stage in ("dpo", "foodpo", "rm", "kto") and answers < 2:
+        return "no chosen and rejected answer"
+    if stage == "sft" and answers != 1:
+        return "no answer"
+    return None
 
 
 def training_rows(args: dict) -> int | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -12,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.rundir import read_log
+from mpskit.rundir import RunDir
 
 STAGES = ("sft", "dpo", "foodpo")
 # Small enough for a 2-core CPU, large enough that DPO's held-out reward accuracy clearly moves.
@@ -32,9 +31,10 @@ class StageResult:
 
 
 def summarise(stage: str, run_dir: Path, peak_rss_gb: float, wall_s: float) -> StageResult:
-    log = read_log(run_dir)
+    run = RunDir.open(run_dir)
+    log = run.log()
     losses = [row["loss"] for row in log if "loss" in row]
-    results = json.loads((run_dir / "all_results.json").read_text())
+    results = run.results()
     return StageResult(
         stage=stage,
         steps=max(row["current_steps"] for row in log),

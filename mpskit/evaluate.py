@@ -10,13 +10,11 @@ judged this way (SFT too), on data it did not train on. Results go to <run>/eval
 from __future__ import annotations
 
 import contextlib
-import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
-
-import yaml
 
 from mpskit import lf
 from mpskit.checks import check_model
@@ -24,45 +22,51 @@ from mpskit.compare import markdown_table
 from mpskit.dataset_checks import check_datasets
 from mpskit.errors import MpskitError
 from mpskit.foodpo import FOODPO_KEYS
-from mpskit.rundir import YAML
-from mpskit.use_run import inference_args
+from mpskit.use_run import inference_args, open_trained
 
 PREFERENCE_STAGES = ("dpo", "foodpo")
 COLUMNS = ("run", "stage", "eval dataset", "eval_rewards/accuracies", "eval_rewards/margins", "eval_loss")
 KEPT = ("dataset_dir", "cutoff_len", "per_device_eval_batch_size", "pref_beta", "pref_loss", "seed", "use_cpu")
 
 
-def evaluate_run(run_dir: Path, dataset: str | None = None, dataset_dir: str | None = None) -> dict:
-    args = inference_args(run_dir)  # checks the adapter; the run's environment, MPS hidden if it was
-    trained = yaml.safe_load((run_dir / YAML).read_text(encoding="utf-8"))
-    stage = trained.get("stage")
-    dataset = dataset or (trained.get("eval_dataset") if stage in PREFERENCE_STAGES else None)
-    if not dataset:
-        raise MpskitError(f"{run_dir} ({stage}) names no held-out preference data", "give --dataset NAME")
-    check_model(str(args["model_name_or_path"]))  # the base model: the reference, and under the adapter
-    out = run_dir / "eval" / f"{dataset.replace(',', '+')}-{time.strftime('%Y%m%d-%H%M%S')}"
-    eval_args = {
-        **{key: trained[key] for key in KEPT if key in trained},
-        **{key: value for key, value in args.items() if key not in ("infer_backend", "infer_dtype")},
-        "stage": "dpo",
-        "ref_model": args["model_name_or_path"],  # without it, an evaluation-only DPO run is its own reference
-        "do_train": False,
-        "do_eval": True,
-        "eval_dataset": dataset,
-        "output_dir": str(out),
-        "report_to": "none",
-        **({"dataset_dir": dataset_dir} if dataset_dir else {}),
-    }
-    check_datasets({"stage": "dpo", "eval_dataset": dataset, "dataset_dir": eval_args.get("dataset_dir", "data")})
-    out.mkdir(parents=True)
-    with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory prints its metrics; stdout is the table's
-        lf.run({key: value for key, value in eval_args.items() if key not in FOODPO_KEYS})
-    results = json.loads((out / "all_results.json").read_text())
-    row = {"run": os.path.relpath(run_dir), "stage": stage, "eval dataset": dataset}
+def evaluate_run(
+    run_dir: Path, dataset: str | None = None, dataset_dir: str | None = None, allow_unfinished: bool = False
+) -> dict:
+    run = open_trained(run_dir, allow_unfinished)
+    with run.locked("mpskit eval"):
+        args = inference_args(run)  # the run's environment, MPS hidden if it was
+        trained = run.yaml_args()
+        stage = trained.get("stage")
+        dataset = dataset or (trained.get("eval_dataset") if stage in PREFERENCE_STAGES else None)
+        if not dataset:
+            raise MpskitError(f"{run.path} ({stage}) names no held-out preference data", "give --dataset NAME")
+        check_model(str(args["model_name_or_path"]))  # the base model: the reference, and under the adapter
+        folder = re.sub(r"[^\w.+-]+", "_", dataset.replace(",", "+")).lstrip(".")  # stays inside eval/
+        out = run.path / "eval" / f"{folder}-{time.strftime('%Y%m%d-%H%M%S')}"
+        eval_args = {
+            **{key: trained[key] for key in KEPT if key in trained},
+            **{key: value for key, value in args.items() if key not in ("infer_backend", "infer_dtype")},
+            "stage": "dpo",
+            "ref_model": args["model_name_or_path"],  # without it, an evaluation-only DPO run is its own reference
+            "do_train": False,
+            "do_eval": True,
+            "eval_dataset": dataset,
+            "output_dir": str(out),
+            "report_to": "none",
+            **({"dataset_dir": dataset_dir} if dataset_dir else {}),
+        }
+        check_datasets({"stage": "dpo", "eval_dataset": dataset, "dataset_dir": eval_args.get("dataset_dir", "data")})
+        out.mkdir(parents=True)
+        with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory prints its metrics; stdout is the table's
+            lf.run({key: value for key, value in eval_args.items() if key not in FOODPO_KEYS})
+        results = run.results(out)
+    row = {"run": os.path.relpath(run.path), "stage": stage, "eval dataset": dataset}
     return {**row, **{column: results.get(column) for column in COLUMNS[3:]}}
 
 
-def evaluate(run_dirs: list[str], dataset: str | None = None, dataset_dir: str | None = None) -> str:
+def evaluate(
+    run_dirs: list[str], dataset: str | None = None, dataset_dir: str | None = None, allow_unfinished: bool = False
+) -> str:
     """The Markdown table over the runs, one row each."""
-    rows = [evaluate_run(Path(run_dir).resolve(), dataset, dataset_dir) for run_dir in run_dirs]
+    rows = [evaluate_run(Path(run_dir), dataset, dataset_dir, allow_unfinished) for run_dir in run_dirs]
     return markdown_table(COLUMNS, rows)

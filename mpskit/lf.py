@@ -110,6 +110,20 @@ def check_keys(args: dict, keys: set[str] | None = None) -> None:
             raise MpskitError(f"unknown key '{key}'", hint)
 
 
+def check_template(args: dict) -> None:
+    """The template is one LLaMA-Factory registered (it fails on an unknown one only after the model
+    has loaded)."""
+    template = args.get("template")
+    if not template:
+        return
+    from llamafactory.data.template import TEMPLATES
+
+    if template not in TEMPLATES:
+        close = difflib.get_close_matches(str(template), TEMPLATES, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "see LLaMA-Factory's data/template.py for the names"
+        raise MpskitError(f"template '{template}' is not one of LLaMA-Factory's templates", hint)
+
+
 TRUE_WORDS, FALSE_WORDS = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")  # transformers' string_to_bool
 
 

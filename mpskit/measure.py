@@ -19,7 +19,7 @@ from mpskit.errors import MpskitError
 from mpskit.knobs import Knobs, as_words
 from mpskit.memory import sequences_per_step
 from mpskit.presets import demo_data_dir
-from mpskit.rundir import read_record
+from mpskit.rundir import RunDir
 
 # Words that leave a run only its training steps: no evaluation, checkpoints or plots; a log line a step.
 TIMED_ONLY = ("eval_dataset=", "eval_strategy=no", "logging_steps=1", "save_strategy=no", "plot_loss=false")
@@ -131,7 +131,7 @@ def measure(
     started = time.perf_counter()
     process_env = {**OFFLINE, **(env or {})}
     train_in_fresh_process(words, f"measured run {case}", f"see {out} and rerun it with `mpskit train`", process_env)
-    memory = read_record(out).memory
+    memory = RunDir.open(out).record.memory
     measured = memory["measured"]
     step_s = sorted(measured["step_seconds"][1:] or measured["step_seconds"])
     tokens_per_step = sequences_per_step(case.stage, case.batch) * case.accumulation * case.cutoff_len

@@ -10,19 +10,21 @@ it (duration.extrapolate), and the time to start is what the process took beyond
 from __future__ import annotations
 
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from mpskit.errors import MpskitError
 from mpskit.hardware import Hardware, detect
 from mpskit.knobs import to_args
 from mpskit.measure import TIMED_ONLY, train_in_fresh_process
 from mpskit.planner import Plan
-from mpskit.rundir import read_record
+from mpskit.rundir import RunDir
 
 PROBE_STEPS = 3
 
@@ -56,6 +58,11 @@ def check_probe_machine(hw: Hardware) -> None:
         )
 
 
+def _exit_on_sigterm(signum, frame) -> NoReturn:
+    """SIGTERM as an exit that unwinds: the training child is killed and the temporary folder removed."""
+    raise SystemExit(128 + signum)
+
+
 def probe(words: list[str], plan: Plan, world_size: int = 1) -> Probe:
     """Train the plan's chosen setting for 1 + PROBE_STEPS steps in a fresh process and time it."""
     setting = to_args(plan.chosen.knobs, plan.effective_batch)
@@ -75,12 +82,14 @@ def probe(words: list[str], plan: Plan, world_size: int = 1) -> Probe:
     work = Path(tempfile.mkdtemp(prefix="mpskit-probe-"))
     out = work / "run"
     print(f"mpskit: probe: training {steps} steps of the chosen setting in a fresh process", file=sys.stderr)
+    before = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the finally below runs on SIGTERM too
     try:
         started = time.perf_counter()
         fix = "run `mpskit train` with the same words to see the whole message"
         train_in_fresh_process([*words, *overrides, f"output_dir={out}"], "the probe", fix)
         wall_s = time.perf_counter() - started
-        step_seconds = read_record(out).memory["measured"]["step_seconds"]
+        step_seconds = RunDir.open(out).record.memory["measured"]["step_seconds"]
     finally:
+        signal.signal(signal.SIGTERM, before)
         shutil.rmtree(work, ignore_errors=True)  # the probe's own temporary folder, nothing of the user's
     return Probe(step_seconds, max(wall_s - sum(step_seconds), 0.0))

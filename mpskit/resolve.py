@@ -146,12 +146,16 @@ def _demo_data(args: dict, user: dict, stage_args: dict) -> None:
 
 def _evaluation_for_own_data(args: dict, user: dict, stage_args: dict) -> None:
     """A stage preset's eval_dataset belongs to the demo dataset it names. With a dataset of their
-    own, users are evaluated on what they give (eval_dataset, val_size), or not at all; it is said."""
-    if not _own_data(user, stage_args) or "eval_dataset" not in stage_args or "eval_dataset" in user:
+    own, users are evaluated on what they give (eval_dataset, val_size), or not at all; it is said. A
+    user's val_size always wins over it (LLaMA-Factory takes one or the other)."""
+    if "eval_dataset" not in stage_args or "eval_dataset" in user:
+        return
+    if "val_size" in user:
+        del args["eval_dataset"]
+        return
+    if not _own_data(user, stage_args):
         return
     del args["eval_dataset"]
-    if "val_size" in user:
-        return
     if "eval_strategy" not in user:
         args["eval_strategy"] = "no"
     warn(

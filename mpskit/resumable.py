@@ -4,6 +4,9 @@
   file, so a kill or a full disk mid-save leaves a folder that looks like a checkpoint and is not.
   Here it is written under `.saving/` and renamed into the run folder when every file is there (a
   rename within one filesystem is atomic), so `checkpoint-*` only ever names finished saves.
+- A run resumed from the checkpoint of its last step trains no further: transformers would take one
+  more step when the last step is not at the end of an epoch (step 7 of 6). Only the end of the run
+  is done again (the final save, the metrics, the evaluation).
 - `train_loss` after a resume is the mean over the whole run: transformers sums only the losses of
   the steps this process ran and divides by every step, so a resumed run reported a loss too low.
 """
@@ -52,6 +55,12 @@ class Resumable:
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.add_callback(_SeedLossSum(self))
+
+    def _run_epoch(self, *args, **kwargs):
+        if self.state.global_step >= self.state.max_steps > 0:  # resumed from the last step's checkpoint
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
 
     def _save_checkpoint(self, model, trial) -> None:
         run_dir = Path(self._get_output_dir(trial=trial))

@@ -1,30 +1,53 @@
-"""A run folder and what mpskit keeps in it: the run record (mpskit.json), LLaMA-Factory's
-trainer_log.jsonl, its checkpoints, and the `latest` link beside it. No torch import.
+"""A run folder and everything mpskit keeps in it: the run record (mpskit.json), the written
+llamafactory.yaml, LLaMA-Factory's trainer_log.jsonl, all_results.json and checkpoints, the lock, and
+the `latest` link beside it. No torch import.
 
-Every module that reads or writes these goes through here, so the record's fields are written down
-once, as `RunRecord`.
+`RunDir` owns these files: a module that needs one asks the RunDir it was given; nothing else reads or
+writes them (a test checks). The record's fields are written down once, as `RunRecord` and `Attempt`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import fcntl
 import json
 import os
 import re
 import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
 
 from mpskit.errors import MpskitError
 
 RECORD = "mpskit.json"
 YAML = "llamafactory.yaml"
 LOG = "trainer_log.jsonl"
+RESULTS = "all_results.json"
+LOCK_NOTE = ".mpskit.lock"
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "adapter_model.bin", "pytorch_model.bin",
                 "model.safetensors.index.json")  # fmt: skip
+FINISHED = "finished"
+
+
+@dataclass
+class Attempt:
+    """One training attempt in a run folder, however it ended."""
+
+    attempt: int
+    knobs: dict = field(default_factory=dict)  # the memory knobs it trained with, as arguments
+    resumed_from: str | None = None  # checkpoint-N, or None from step 0
+    outcome: str = ""  # "finished", "stopped by SIGINT ...", "out of memory", "error: ..."
+    measured: dict = field(default_factory=dict)  # the memory monitor's figures and step times
+    lean_logits: dict | None = None  # what each lean path did (lean_trainers.LeanPath.report)
+    lean_attention: dict | None = None
+    device_figures: dict | None = None  # out of memory: the device's own figures
+    next_rung: str | None = None  # out of memory: what the ladder moved next
 
 
 @dataclass
@@ -38,7 +61,8 @@ class RunRecord:
     layers: list[str] = field(default_factory=list)  # the preset files merged, in order
     environment: dict = field(default_factory=dict)  # MPS variables exported for the run
     mps_hidden: bool = False
-    llamafactory_args: dict = field(default_factory=dict)  # the YAML's arguments plus lean_logits
+    llamafactory_args: dict = field(default_factory=dict)  # exactly what llamafactory.yaml says
+    mpskit_args: dict = field(default_factory=dict)  # mpskit's own run keys (lean paths), never in the YAML
     model_dims: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)  # predicted, budget, planner_changes; measured, error
     duration: dict = field(default_factory=dict)  # predicted (duration.RunDuration); measured_s, error
@@ -48,7 +72,14 @@ class RunRecord:
     command: list[str] = field(default_factory=list)
     started: str = ""
     versions: dict = field(default_factory=dict)
-    attempts: list[dict] = field(default_factory=list)  # knobs, resumed_from, outcome, measured, lean_logits
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        known = {f.name for f in dataclasses.fields(Attempt)}
+        self.attempts = [
+            entry if isinstance(entry, Attempt) else Attempt(**{k: v for k, v in entry.items() if k in known})
+            for entry in self.attempts
+        ]
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -80,14 +111,6 @@ def read_record(run_dir: Path) -> RunRecord:
             f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})",
             "give a run folder that mpskit train wrote",
         ) from err
-
-
-def update_record(run_dir: Path, change: Callable[[RunRecord], None]) -> RunRecord:
-    """Read mpskit.json, let `change` edit the record, write it back."""
-    record = read_record(run_dir)
-    change(record)
-    write_record(run_dir, record)
-    return record
 
 
 def is_run_dir(run_dir: Path) -> bool:
@@ -211,3 +234,106 @@ def new_run_dir(run_name: str, output_dir: str | None, root: str | Path = "outpu
         suffix += 1
         path = Path(root) / run_name / f"{stamp}-{suffix}"
     return path
+
+
+class RunDir:
+    """One run folder, opened once and passed around: its record lives here in memory and is saved
+    (atomically) after each change. Every file of the folder is read and written through it."""
+
+    def __init__(self, path: Path, record: RunRecord) -> None:
+        self.path = path
+        self.record = record
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunDir:
+        path = Path(path)
+        if not is_run_dir(path):
+            raise MpskitError(f"{path} is not an mpskit run directory", "give a folder that holds mpskit.json")
+        return cls(path, read_record(path))
+
+    @classmethod
+    def create(cls, path: Path, record: RunRecord, yaml_text: str) -> RunDir:
+        """A new run folder (or the user's empty output_dir) with its llamafactory.yaml and record."""
+        path.mkdir(parents=True, exist_ok=True)
+        run = cls(path, record)
+        write_atomic(run.path / YAML, yaml_text)
+        run.save()
+        return run
+
+    def save(self) -> None:
+        write_record(self.path, self.record)
+
+    def yaml_args(self) -> dict:
+        """llamafactory.yaml's arguments, as LLaMA-Factory reads them."""
+        try:
+            args = yaml.safe_load((self.path / YAML).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as err:
+            raise MpskitError(
+                f"{self.path / YAML} is not readable ({type(err).__name__})",
+                f"restore it: mpskit.json's llamafactory_args hold what it said ({self.path / RECORD})",
+            ) from err
+        if not isinstance(args, dict):
+            raise MpskitError(
+                f"{self.path / YAML} holds no arguments", "restore it from mpskit.json's llamafactory_args"
+            )
+        return args
+
+    def train_args(self) -> dict:
+        """What a training attempt runs with: the YAML's arguments, mpskit's own keys from the record,
+        and this folder as output_dir wherever it now is (a copied or moved run trains there only)."""
+        return {**self.yaml_args(), **self.record.mpskit_args, "output_dir": str(self.path)}
+
+    def results(self, folder: Path | None = None) -> dict:
+        """all_results.json of the run, or of an evaluation folder in it; {} when none was written."""
+        path = (folder or self.path) / RESULTS
+        try:
+            return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except (OSError, ValueError) as err:
+            raise MpskitError(f"{path} is not readable JSON", "train or evaluate the run again") from err
+
+    def log(self) -> list[dict]:
+        return read_log(self.path)
+
+    def checkpoints(self) -> list[Path]:
+        return checkpoints(self.path)
+
+    def last_checkpoint(self) -> Path | None:
+        return last_checkpoint(self.path)
+
+    def step_reached(self) -> str:
+        log = self.log()
+        return f"after step {log[-1].get('current_steps')}" if log else "before the first logged step"
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.record.attempts) and self.record.attempts[-1].outcome == FINISHED
+
+    def add_attempt(self, attempt: Attempt) -> None:
+        self.record.attempts.append(attempt)
+        self.save()
+
+    @contextlib.contextmanager
+    def locked(self, doing: str) -> Iterator[None]:
+        """One process at a time in this folder: an exclusive lock on the folder itself, which the
+        kernel releases when the process ends, however it ends. A second process is told who holds it
+        (from a note the holder leaves in the folder while it works)."""
+        fd, note = os.open(self.path, os.O_RDONLY), self.path / LOCK_NOTE
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = "another process"
+            with contextlib.suppress(OSError):
+                holder = note.read_text(encoding="utf-8").strip() or holder
+            raise MpskitError(
+                f"{self.path} is in use by {holder}", "wait until it ends (or stop it), then run this again"
+            ) from None
+        with contextlib.suppress(OSError):  # a read-only folder is still locked, only without the note
+            note.write_text(f"process {os.getpid()} ({doing})", encoding="utf-8")
+        try:
+            self.record = read_record(self.path)  # as the last holder left it
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                note.unlink(missing_ok=True)
+            os.close(fd)

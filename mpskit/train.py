@@ -12,30 +12,18 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from mpskit import knobs, lf, planner
 from mpskit.advice import plan_duration
 from mpskit.attempts import Ladder, run_attempts
 from mpskit.awake import kept_awake
-from mpskit.checks import check_device, check_disk, prepare
+from mpskit.checks import check_device, check_disk, check_with_engine, prepare
 from mpskit.errors import MpskitError
 from mpskit.hardware import installed_version
 from mpskit.launch import inside_launch, launch
 from mpskit.memory import GB
 from mpskit.mps_env import env_for
 from mpskit.resolve import ResolvedRun
-from mpskit.rundir import (
-    YAML,
-    RunRecord,
-    is_run_dir,
-    last_checkpoint,
-    latest_run_dir,
-    new_run_dir,
-    point_latest,
-    read_record,
-    write_record,
-)
+from mpskit.rundir import RunDir, RunRecord, latest_run_dir, new_run_dir
 
 
 def hide_accelerators() -> None:
@@ -73,11 +61,10 @@ def enter_run_environment(record: RunRecord) -> None:
 
 def write_run_dir(
     run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan=None, ladder: Ladder | None = None
-) -> Path:
-    run_dir = new_run_dir(run.run_name, run.args.get("output_dir"))
-    run_dir.mkdir(parents=True, exist_ok=True)  # new, or an empty output_dir the user made
-    args = {**run.args, "output_dir": str(run_dir.resolve())}
-    lf.write_yaml(args, run_dir / YAML)
+) -> RunDir:
+    path = new_run_dir(run.run_name, run.args.get("output_dir"))
+    args = {key: value for key, value in run.args.items() if key not in lf.LEAN_KEYS}
+    args["output_dir"] = written_output_dir(path)
     record = RunRecord(
         run_name=run.run_name,
         stage=run.stage,
@@ -87,6 +74,7 @@ def write_run_dir(
         environment=env,
         mps_hidden=run.hide_mps,
         llamafactory_args=args,
+        mpskit_args={key: run.args[key] for key in lf.LEAN_KEYS if key in run.args},
         model_dims=run.model_dims,
         memory=memory_record(memory_plan),
         duration=duration.as_dict() if memory_plan and (duration := plan_duration(run, memory_plan)) else {},
@@ -97,9 +85,15 @@ def write_run_dir(
         started=time.strftime("%Y-%m-%dT%H:%M:%S"),
         versions={pkg: installed_version(pkg) for pkg in ("torch", "transformers", "peft", "trl", "llamafactory")},
     )
-    write_record(run_dir, record)
-    point_latest(run_dir)
-    return run_dir
+    return RunDir.create(path, record, lf.yaml_text(args))
+
+
+def written_output_dir(path: Path) -> str:
+    """output_dir as llamafactory.yaml says it: relative to the folder mpskit runs in when the run lies
+    under it (`llamafactory-cli train output/<run>/<time>/llamafactory.yaml` from there), so nothing in
+    a run folder names it by an absolute path; mpskit itself trains a run wherever its folder now is."""
+    here, where = Path.cwd().resolve(), path.resolve()
+    return os.path.relpath(where, here) if where.is_relative_to(here) else str(where)
 
 
 def memory_record(memory_plan: planner.Plan | None) -> dict:
@@ -130,10 +124,10 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     env = export_environment(run)
     if run.hide_mps:
         hide_accelerators()
-    lf.check_keys(run.args)
+    check_with_engine(run.args)
     ladder = ladder_for(run)
     run_dir = write_run_dir(run, env, command or sys.argv, memory_plan, ladder)
-    print(f"mpskit: run directory {run_dir}", file=sys.stderr)
+    print(f"mpskit: run directory {run_dir.path}", file=sys.stderr)
     for note in memory_plan.changes if memory_plan else []:
         print(f"mpskit: planner: {note}", file=sys.stderr)
     return continue_run(run_dir)
@@ -153,46 +147,39 @@ def resume(run_dir: str | Path | None = None) -> Path:
     """Continue a stopped, killed or failed run from its newest complete checkpoint (from step 0 when it
     has none), with its own settings. A run that finished is left as it is: resuming it would train
     past its end and rewrite its results."""
-    run_dir = Path(run_dir).resolve() if run_dir else latest_run_dir()
-    try:
-        attempts = read_record(run_dir).attempts if is_run_dir(run_dir) else []
-    except MpskitError:
-        attempts = []  # continue_run says what is wrong with the folder
-    if attempts and attempts[-1].get("outcome") == "finished":
-        print(f"mpskit: {run_dir} already finished (attempt {len(attempts)}); nothing to resume", file=sys.stderr)
-        return run_dir
-    return continue_run(run_dir)
+    return continue_run(RunDir.open(Path(run_dir) if run_dir else latest_run_dir()))
 
 
-def continue_run(run_dir: Path) -> Path:
+def continue_run(run: RunDir) -> Path:
     """Train a written run directory in this process (from its newest complete checkpoint, or from
     step 0 when it has none), or launch its processes through torchrun when it has several and this
-    is not one of them."""
-    if not is_run_dir(run_dir):
-        raise MpskitError(f"{run_dir} is not an mpskit run directory", "give a folder that holds mpskit.json")
-    record = read_record(run_dir)
-    checkpoint = last_checkpoint(run_dir)
-    if checkpoint is None and record.attempts and not inside_launch():
-        print(f"mpskit: {run_dir} has no complete checkpoint; training it again from step 0", file=sys.stderr)
-    with kept_awake(record.keep_awake and not inside_launch()):  # torchrun's processes: their launcher does
-        return _continue(run_dir, record, checkpoint)
+    is not one of them. The launching process holds the folder's lock; torchrun's ranks work under it."""
+    if inside_launch():
+        return _continue(run, run.last_checkpoint())
+    with run.locked("mpskit train"):  # the record as it is now that no one else writes it
+        if run.finished:
+            print(f"mpskit: {run.path} already finished (attempt {len(run.record.attempts)}); nothing to resume",
+                  file=sys.stderr)  # fmt: skip
+            return run.path
+        checkpoint = run.last_checkpoint()
+        if checkpoint is None and run.record.attempts:
+            print(f"mpskit: {run.path} has no complete checkpoint; training it again from step 0", file=sys.stderr)
+        with kept_awake(run.record.keep_awake):
+            return _continue(run, checkpoint)
 
 
-def _continue(run_dir: Path, record: RunRecord, checkpoint: Path | None) -> Path:
-    processes = tuple(record.processes)
+def _continue(run: RunDir, checkpoint: Path | None) -> Path:
+    processes = tuple(run.record.processes)
     if processes != (1, 1) and not inside_launch():
-        return _launch(run_dir, processes)
-    enter_run_environment(record)
-    args = yaml.safe_load((run_dir / YAML).read_text(encoding="utf-8"))
-    for key in lf.LEAN_KEYS:  # mpskit's own keys, not in the YAML
-        if key in record.llamafactory_args:
-            args[key] = record.llamafactory_args[key]
-    saved = record.ladder
+        return _launch(run.path, processes)
+    enter_run_environment(run.record)
+    args = run.train_args()
+    saved = run.record.ladder
     # one process out of memory cannot change the knobs of the others: no fallback when distributed
     free = set(saved.get("free", [])) if processes == (1, 1) else set()
     ladder = Ladder(free, saved.get("cutoff_floor", knobs.DEFAULT_CUTOFF_FLOOR))
     if checkpoint is None and args.get("resume_from_checkpoint"):  # the user's, from another run
         checkpoint = Path(args["resume_from_checkpoint"])
     if checkpoint:
-        print(f"mpskit: resuming {run_dir} from {checkpoint}", file=sys.stderr)
-    return run_attempts(run_dir, args, record.device, ladder, checkpoint)
+        print(f"mpskit: resuming {run.path} from {checkpoint}", file=sys.stderr)
+    return run_attempts(run, args, ladder, checkpoint)

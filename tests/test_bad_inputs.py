@@ -90,6 +90,9 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("python_tag.yaml", "stage: !!python/object/apply:os.system ['echo hi']\n")
     os.mkfifo(work / "pipe.yaml")
     write("bad_config_model/config.json", "{ not json")
+    write("config_only_model/config.json", "{}")
+    write("no_tokenizer_model/config.json", "{}")
+    write("no_tokenizer_model/model.safetensors", "")
     (work / "dangling").symlink_to(work / "nowhere")
     rows = {
         "broken.json": "[{\"instruction\": \"a\",",
@@ -102,6 +105,11 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
         "none.json": "[]",
         "no_output.json": json.dumps([{"instruction": "q"}]),
         "lines.jsonl": '{"instruction": "q", "output": "a"}\n{"instruction": \n',
+        "number_prompt.json": json.dumps([{"instruction": 5, "input": "", "output": "a"}]),
+        "number_answer.json": json.dumps([{"instruction": "q", "input": "", "output": 5}]),
+        "no_input.json": json.dumps([{"instruction": "q", "output": "a"}]),
+        "answer_first.json": json.dumps([{"conversations": [{"from": "gpt", "value": "a"},
+                                                            {"from": "human", "value": "q"}]}]),
     }  # fmt: skip
     for name, text in rows.items():
         write(f"ds/{name}", text)
@@ -109,6 +117,7 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     info["no_rejected"].update(
         ranking=True, columns={"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}
     )
+    info["answer_first"]["formatting"] = "sharegpt"
     info["not_a_mapping"] = "demo.json"
     write("ds/dataset_info.json", json.dumps(info))
     write("ds_list/dataset_info.json", "[]")
@@ -340,6 +349,30 @@ CASES = [
     ("word without a key", ["train", "BASE", "=4"], ["empty key"]),
     ("unknown command", ["trian"], ["invalid choice: 'trian'"]),
     ("compare without --out", ["compare", "{w}/not_a_run"], ["--out"]),
+    # checked before the run folder exists (each used to crash after it, with `latest` moved to it)
+    ("model folder with only config.json", ["train", "BASE", "model_name_or_path={w}/config_only_model"],
+     ["has no weights"]),
+    ("model folder without a tokenizer", ["train", "BASE", "model_name_or_path={w}/no_tokenizer_model"],
+     ["has no tokenizer"]),
+    ("template misspelt", ["train", "BASE", "template=qwne"], ["template 'qwne'", "did you mean 'qwen'"]),
+    ("config: template misspelt", ["config", "BASE", "template=qwne"], ["template 'qwne'"]),
+    ("val_size one", ["train", "BASE", "val_size=1", "eval_dataset="], ["val_size=1"]),
+    ("val_size not a number", ["train", "BASE", "val_size=nan", "eval_dataset="], ["val_size=nan"]),
+    ("val_size negative", ["train", "BASE", "val_size=-0.1", "eval_dataset="], ["val_size=-0.1"]),
+    ("val_size holds out every row", ["train", "BASE", "val_size=100000", "eval_dataset="], ["leaving none"]),
+    ("val_size beside eval_dataset", ["train", "BASE", "val_size=0.1", "eval_dataset=demo_sft_eval"],
+     ["beside eval_dataset"]),
+    ("dataset row: a number for text", ["train", "BASE", "dataset_dir={w}/ds", "dataset=number_prompt",
+                                        "eval_dataset="], ["number_prompt.json", "cannot read row 1"]),
+    ("dataset without alpaca's input column", ["train", "BASE", "dataset_dir={w}/ds", "dataset=no_input",
+                                               "eval_dataset="], ["no_input.json has no 'input' column"]),
+    ("dataset rows all dropped", ["train", "BASE", "dataset_dir={w}/ds", "dataset=number_answer", "eval_dataset="],
+     ["would drop every row", "no answer"]),
+    ("dataset rows: answer before question", ["train", "BASE", "dataset_dir={w}/ds", "dataset=answer_first",
+                                              "eval_dataset="], ["would drop every row"]),
+    ("export -o a dangling link", ["export", "{w}/not_a_run", "-o", "{w}/dangling"], ["is a link"]),
+    ("export of a folder that is not a run", ["export", "{w}/not_a_run", "-o", "{w}/merged"], ["not an mpskit run"]),
+    ("chat with a broken record", ["chat", "{w}/no_ckpt_run"], ["not a readable run record"]),
     ("compare over an earlier comparison", ["compare", "--out", "{w}/compared", "{w}/not_a_run"],
      ["already holds comparison.md", "new folder"]),
     pytest.param(

@@ -3,7 +3,12 @@ duration, `mpskit plan --probe` on the tiny model, and the prediction and measur
 How close the predictions come is bench/duration.py's to measure, not a timed test's."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -134,3 +139,21 @@ def test_a_probe_that_fails_says_why_in_one_line(tmp_path, tiny_model):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "the probe failed" in result.stderr.strip().splitlines()[-1], result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["no-weights"]
+
+
+@pytest.mark.e2e
+def test_sigterm_during_a_probe_leaves_no_temporary_folder(tmp_path, tiny_model):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    words = ["stage=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={DATA}", "template=qwen", "max_steps=20"]
+    env = {**os.environ, "TMPDIR": str(temporary), "HF_HUB_OFFLINE": "1"}
+    child = subprocess.Popen([sys.executable, "-m", "mpskit.cli", "plan", *words, "--probe"], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 120
+    while not list(temporary.glob("mpskit-probe-*/run/mpskit.json")):  # the probe's run is under way
+        assert time.time() < deadline and child.poll() is None, "the probe never started"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM and "Traceback" not in stderr, stderr[-2000:]
+    assert list(temporary.iterdir()) == []

@@ -55,7 +55,8 @@ def test_run_directory_records_what_was_chosen(sft_run):
     assert record["stage"] == "sft" and record["device"] == "cpu" and record["mps_hidden"] is True
     assert record["versions"]["llamafactory"] == "0.9.5"
     written = yaml.safe_load((sft_run / "llamafactory.yaml").read_text())
-    assert written["output_dir"] == str(sft_run) and written["use_cpu"] is True
+    # relative to where mpskit ran: nothing in a run folder names the folder by an absolute path
+    assert written["output_dir"] == f"output/sft-model/{sft_run.name}" and written["use_cpu"] is True
     assert (sft_run.parent / "latest").is_symlink()
 
 

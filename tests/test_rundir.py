@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mpskit.rundir import RunRecord, last_checkpoint, point_latest, read_record, update_record, write_record
+from mpskit.rundir import Attempt, RunDir, RunRecord, last_checkpoint, point_latest, read_record, write_record
 
 
 def make_checkpoint(run_dir, step: int, state: str | None = '{"global_step": 1}', weights: bool = True,
@@ -67,11 +67,11 @@ def test_no_checkpoint_at_all(tmp_path):
 
 
 def test_record_round_trips_and_updates(tmp_path):
-    record = RunRecord(run_name="r", stage="dpo", device="cpu", llamafactory_args={"lean_logits": True})
+    record = RunRecord(run_name="r", stage="dpo", device="cpu", mpskit_args={"lean_logits": True})
     write_record(tmp_path, record)
-    update_record(tmp_path, lambda r: r.attempts.append({"outcome": "finished"}))
+    RunDir(tmp_path, read_record(tmp_path)).add_attempt(Attempt(1, outcome="finished"))
     again = read_record(tmp_path)
-    assert again.attempts == [{"outcome": "finished"}] and again.llamafactory_args == {"lean_logits": True}
+    assert again.attempts == [Attempt(1, outcome="finished")] and again.mpskit_args == {"lean_logits": True}
     data = json.loads((tmp_path / "mpskit.json").read_text())
     assert list(data)[:3] == ["run_name", "stage", "device"]
     data["written_by_a_newer_mpskit"] = 1
@@ -81,7 +81,7 @@ def test_record_round_trips_and_updates(tmp_path):
 
 def test_a_record_write_on_a_full_disk_leaves_the_record_it_had(tmp_path, monkeypatch):
     """The write goes to a temporary file first: ENOSPC there leaves mpskit.json whole and readable."""
-    write_record(tmp_path, RunRecord(run_name="r", stage="sft", device="cpu", attempts=[{"outcome": "stopped"}]))
+    write_record(tmp_path, RunRecord(run_name="r", stage="sft", device="cpu", attempts=[Attempt(1, outcome="stopped")]))
     before = (tmp_path / "mpskit.json").read_bytes()
 
     def full_disk(fd: int) -> None:
@@ -89,9 +89,9 @@ def test_a_record_write_on_a_full_disk_leaves_the_record_it_had(tmp_path, monkey
 
     monkeypatch.setattr(os, "fsync", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        update_record(tmp_path, lambda r: r.attempts.append({"outcome": "finished", "log": "x" * 100_000}))
+        RunDir(tmp_path, read_record(tmp_path)).add_attempt(Attempt(2, outcome="finished", next_rung="x" * 100_000))
     assert (tmp_path / "mpskit.json").read_bytes() == before
-    assert read_record(tmp_path).attempts == [{"outcome": "stopped"}]
+    assert read_record(tmp_path).attempts == [Attempt(1, outcome="stopped")]
     assert [p.name for p in tmp_path.iterdir()] == ["mpskit.json"]  # no temporary file left behind
 
 
@@ -131,10 +131,61 @@ def test_resume_of_a_finished_run_changes_nothing(tmp_path):
 
     run_dir = tmp_path / "output" / "f" / "20260101-000000"
     run_dir.mkdir(parents=True)
-    write_record(run_dir, RunRecord(run_name="f", stage="sft", device="cpu", attempts=[{"outcome": "finished"}]))
+    write_record(run_dir, RunRecord(run_name="f", stage="sft", device="cpu", attempts=[Attempt(1, outcome="finished")]))
     (run_dir / "llamafactory.yaml").write_text("stage: sft\n")
     make_checkpoint(run_dir, 2)
     before = sorted((p.name, p.stat().st_mtime_ns) for p in run_dir.rglob("*"))
     result = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
     assert result.returncode == 0 and "already finished (attempt 1); nothing to resume" in result.stderr
     assert sorted((p.name, p.stat().st_mtime_ns) for p in run_dir.rglob("*")) == before
+
+
+def test_only_the_run_folder_module_reads_or_writes_the_files_of_a_run():
+    """mpskit.json, llamafactory.yaml, all_results.json and trainer_log.jsonl are named (outside
+    docstrings) and their names imported nowhere but mpskit/rundir.py: every other module asks a RunDir."""
+    import ast
+
+    from conftest import ROOT
+
+    files = ("mpskit.json", "llamafactory.yaml", "all_results.json", "trainer_log.jsonl")
+    found = []
+    for path in sorted((ROOT / "mpskit").rglob("*.py")):
+        if path.name == "rundir.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef) and ast.get_docstring(node) is not None
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                found += [f"{path.name}:{node.lineno} {name}" for name in files if name in node.value]
+            if isinstance(node, ast.ImportFrom) and node.module == "mpskit.rundir":
+                names = [alias.name for alias in node.names]
+                found += [f"{path.name}:{node.lineno} {name}" for name in names if name in ("RECORD", "YAML", "LOG")]
+    assert found == []
+
+
+def test_run_attempts_reads_the_record_once(tmp_path, monkeypatch):
+    """The record is read when the folder is opened, and under the lock; never again by the attempts."""
+    import mpskit.rundir as rundir
+
+    run = RunDir.create(tmp_path / "run", RunRecord(run_name="r", stage="sft", device="cpu"), "stage: sft\n")
+    reads = []
+    monkeypatch.setattr(rundir, "read_record", lambda path: reads.append(path) or RunRecord("r", "sft", "cpu"))
+    with run.locked("test"):
+        assert reads == [run.path]
+    source = Path(__file__).parents[1].joinpath("mpskit", "attempts.py").read_text(encoding="utf-8")
+    assert "read_record" not in source and "RunDir.open" not in source
+
+
+def test_resume_from_a_checkpoint_of_another_lora_rank_is_refused_before_anything_starts(tmp_path):
+    from mpskit.checks import check_resume_from
+    from mpskit.errors import MpskitError
+
+    checkpoint = make_checkpoint(tmp_path, 4)
+    (checkpoint / "adapter_config.json").write_text(json.dumps({"r": 16, "peft_type": "LORA"}))
+    check_resume_from(str(checkpoint), {"lora_rank": 16})
+    with pytest.raises(MpskitError, match="rank 16; this run's lora_rank is 8"):
+        check_resume_from(str(checkpoint), {})

@@ -89,7 +89,7 @@ def test_export_refuses_a_folder_that_holds_files(tmp_path):
 def test_chat_without_a_finished_adapter_says_so(tmp_path):
     run = tmp_path / "output" / "r" / "20260101-000000"
     run.mkdir(parents=True)
-    (run / "mpskit.json").write_text("{}")
+    (run / "mpskit.json").write_text('{"run_name": "r", "stage": "sft", "device": "cpu"}')
     (run / "llamafactory.yaml").write_text("stage: sft\n")
     result = run_mpskit("chat", str(run), "--prompt", "hi", cwd=tmp_path)
     assert result.returncode == 2 and "has no finished adapter (adapter_config.json missing)" in result.stderr
