@@ -18,8 +18,8 @@ from mpskit.memory import GB, ModelDims, dims_from_mapping, estimate
 from mpskit.planner import Plan, plan
 from mpskit.presets import load_yaml, preset_names, resolve_preset_file
 from mpskit.resolve import ResolvedRun, device_args
+from mpskit.stages import PLANNED, stage_of
 
-PLANNED_STAGES = ("sft", "dpo", "foodpo")  # the stages memory.py models; the others run unplanned
 # The keys "what would fit" names, in this order.
 ADVICE_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "cutoff_len", "lora_rank",
                "disable_gradient_checkpointing")  # fmt: skip
@@ -73,9 +73,9 @@ def plan_run(run: ResolvedRun) -> Plan:
     """The plan for a resolved run (its presets' dims or its local model's config.json). When nothing
     fits, it also names the largest model preset that fits here and the smallest hardware profile
     that fits this run."""
-    if run.stage not in PLANNED_STAGES:
+    if not stage_of(run.stage).planned:
         raise MpskitError(
-            f"the memory plan covers {', '.join(PLANNED_STAGES)}, not {run.stage}",
+            f"the memory plan covers {', '.join(PLANNED)}, not {run.stage}",
             "set per_device_train_batch_size and cutoff_len yourself (plan stage=sft for a bound)",
         )
     dims = model_dims(run.model_dims, str(run.args["model_name_or_path"]))

@@ -13,8 +13,7 @@ import math
 from pathlib import Path
 
 from mpskit.errors import MpskitError, warn
-
-PREFERENCE_STAGES = ("dpo", "foodpo", "rm")
+from mpskit.stages import stage_of
 
 
 def dataset_names(args: dict) -> list[str]:
@@ -140,14 +139,14 @@ def check_conversion(args: dict) -> None:
 
 def _dropped(example: dict, stage: str) -> str | None:
     """Why LLaMA-Factory's processor for the stage would drop a converted row; None: it keeps it."""
-    if stage == "pt":
+    if stage_of(stage).rows == "text":
         return None
     if len(example["_prompt"]) % 2 != 1:
         return "the turns before the answer do not end with the user's"
     answers = len(example["_response"])
-    if stage in ("dpo", "foodpo", "rm", "kto") and answers < 2:
+    if stage_of(stage).rows in ("pairs", "kto") and answers < 2:
         return "no chosen and rejected answer"
-    if stage == "sft" and answers != 1:
+    if stage_of(stage).rows == "answer" and answers != 1:
         return "no answer"
     return None
 
@@ -173,14 +172,15 @@ def training_rows(args: dict) -> int | None:
 
 def _check_stage(name: str, entry: dict, stage: str) -> None:
     ranking = bool(entry.get("ranking"))
-    if stage in PREFERENCE_STAGES and not ranking:
+    rows = stage_of(stage).rows
+    if rows == "pairs" and not ranking:
         raise MpskitError(
             f"dataset '{name}' is not a preference set, which stage {stage} needs",
             'give pairs (chosen, rejected) and "ranking": true in dataset_info.json',
         )
-    if stage in ("sft", "pt", "kto") and ranking:
+    if rows != "pairs" and ranking:
         raise MpskitError(f"dataset '{name}' is a preference set (ranking: true)", f"give stage {stage} a plain set")
-    if stage == "kto" and not (entry.get("columns") or {}).get("kto_tag"):
+    if rows == "kto" and not (entry.get("columns") or {}).get("kto_tag"):
         raise MpskitError(
             f"dataset '{name}' has no kto_tag column, which stage kto needs",
             'map it in dataset_info.json: "columns": {"kto_tag": "..."} (true: a desirable answer)',
@@ -193,9 +193,9 @@ def required_columns(entry: dict, stage: str) -> list[str]:
     ranking = bool(entry.get("ranking"))
     if entry.get("formatting", "alpaca") == "alpaca":
         needed = [columns.get("prompt", "instruction")]
-        if not ranking and stage in ("sft", "kto"):
+        if not ranking and stage_of(stage).rows in ("answer", "kto"):
             needed.append(columns.get("response", "output"))
-        if stage == "kto":
+        if stage_of(stage).rows == "kto":
             needed.append(columns["kto_tag"])
     else:
         needed = [columns.get("messages", "conversations")]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from mpskit.dataset_checks import training_rows
 from mpskit.knobs import Knobs
 from mpskit.memory import ModelDims, sequences_per_step
+from mpskit.stages import stage_of
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def flops_per_token(dims: ModelDims, knobs: Knobs, stage: str, device: str, half
     layers = dims.layers * layer_flops
     head = 2 * dims.vocab * dims.hidden
     per_token = 2 * (layers + head) + (layers if knobs.checkpointing else 0)
-    if stage in ("dpo", "foodpo"):
+    if stage_of(stage).reference_model:
         per_token += layers + head  # reference forward under no_grad
     if knobs.dtype != "fp32" and device != "cpu":
         # 16-bit halves the bytes moved where the hardware has it; M1/M2 emulate bf16 (assumed 20% slower)

@@ -22,9 +22,9 @@ from mpskit.compare import markdown_table
 from mpskit.dataset_checks import check_datasets
 from mpskit.errors import MpskitError
 from mpskit.foodpo import FOODPO_KEYS
+from mpskit.stages import stage_of
 from mpskit.use_run import inference_args, open_trained
 
-PREFERENCE_STAGES = ("dpo", "foodpo")
 COLUMNS = ("run", "stage", "eval dataset", "eval_rewards/accuracies", "eval_rewards/margins", "eval_loss")
 KEPT = ("dataset_dir", "cutoff_len", "per_device_eval_batch_size", "pref_beta", "pref_loss", "seed", "use_cpu")
 
@@ -37,7 +37,8 @@ def evaluate_run(
         args = inference_args(run)  # the run's environment, MPS hidden if it was
         trained = run.yaml_args()
         stage = trained.get("stage")
-        dataset = dataset or (trained.get("eval_dataset") if stage in PREFERENCE_STAGES else None)
+        tuned_on_pairs = stage_of(stage).pairs and stage_of(stage).reference_model  # its eval_dataset: pairs
+        dataset = dataset or (trained.get("eval_dataset") if tuned_on_pairs else None)
         if not dataset:
             raise MpskitError(f"{run.path} ({stage}) names no held-out preference data", "give --dataset NAME")
         check_model(str(args["model_name_or_path"]))  # the base model: the reference, and under the adapter

@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 
 from mpskit.errors import MpskitError
-from mpskit.memory import LEAN_STAGES
 from mpskit.rundir import write_atomic
+from mpskit.stages import stage_of
 
 # mpskit's own run keys for the lean paths: kept out of the written YAML, which must also run under
 # plain `llamafactory-cli train` (where LLaMA-Factory's own paths run), and recorded in mpskit.json.
@@ -213,19 +213,21 @@ def import_engine():
 def run(args: dict, callbacks: list | None = None) -> dict:
     """Train through LLaMA-Factory's own entry point, exactly as `llamafactory-cli train` does.
 
-    Narrow swaps first: trainer_log.jsonl keeps every logged metric; the SFT and DPO workflows build
-    mpskit's lean trainers (LLaMA-Factory's own, with one method replaced, and lean attention set on
-    their models); `stage: foodpo` becomes LLaMA-Factory's DPO workflow building the fooDPO trainer.
+    Narrow swaps first: trainer_log.jsonl keeps every logged metric; the pt, rm and kto workflows build
+    resumable trainers (resumable.py); the SFT and DPO workflows build mpskit's lean trainers
+    (LLaMA-Factory's own, with one method replaced, and lean attention set on their models);
+    `stage: foodpo` becomes LLaMA-Factory's DPO workflow building the fooDPO trainer.
     Returns what each lean path did (for mpskit.json).
     """
-    from mpskit import lean_trainers, trainer_log
+    from mpskit import lean_trainers, resumable, trainer_log
     from mpskit.lean_attention import LeanAttention
 
     run_exp = import_engine()
 
     trainer_log.install()
+    resumable.install()
     args = dict(args)
-    lean_stage = args.get("stage") in LEAN_STAGES
+    lean_stage = stage_of(args.get("stage")).lean
     lean = lean_trainers.LeanPath(bool(args.pop("lean_logits", True)) and lean_stage)
     attention = LeanAttention(bool(args.pop("lean_attention", False)) and lean_stage)
     is_foodpo = args.get("stage") == "foodpo"

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mpskit.knobs import Knobs
+from mpskit.stages import stage_of
 
 GB = 1024**3
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -54,7 +55,6 @@ ATTENTION_GRADIENT_COPIES = 2
 # and the live tensors is free heap). MPS and CUDA have caching allocators of their own (not measured).
 HEAP_KEPT_FRACTION = {True: 0.52, False: 0.22}  # by gradient checkpointing
 MMAP_CEILING_BYTES = 32 * 1024**2
-LEAN_STAGES = ("sft", "dpo", "foodpo")
 # The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
 # matmul's output, and per scored position two hidden-sized rows: the gathered hidden state and its
 # gradient; in the backward, the hidden gradient scattered back to every position.
@@ -135,8 +135,8 @@ def attention_block_bytes(device: str) -> int:
 
 
 def lean_logits_apply(knobs: Knobs, stage: str) -> bool:
-    """The lean path runs for SFT, DPO and fooDPO with a frozen output layer (LoRA)."""
-    return knobs.lean_logits and stage in LEAN_STAGES and knobs.finetuning == "lora"
+    """The lean path runs for the lean stages (stages.py) with a frozen output layer (LoRA)."""
+    return knobs.lean_logits and stage_of(stage).lean and knobs.finetuning == "lora"
 
 
 @dataclass
@@ -161,8 +161,8 @@ class Estimate:
 
 
 def sequences_per_step(stage: str, batch: int) -> int:
-    """DPO and fooDPO run chosen and rejected answers of each pair as one concatenated batch."""
-    return 2 * batch if stage in ("dpo", "foodpo") else batch
+    """Preference stages run chosen and rejected answers of each pair as one concatenated batch."""
+    return 2 * batch if stage_of(stage).pairs else batch
 
 
 def attention_fused(attention: str, device: str) -> bool:
@@ -270,7 +270,7 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     if lean_logits_apply(knobs, stage):
         chunk = min(LEAN_CHUNK_BYTES, logit_buffer)
         logit_parts = {"lean logits": LEAN_CHUNK_COPIES * chunk + LEAN_HIDDEN_COPIES * tokens * dims.hidden * width}
-    elif stage in ("dpo", "foodpo"):
+    elif stage_of(stage).reference_model:
         logit_parts = {
             "logits (float32)": 2 * logit_buffer,
             "reference forward": (LOGIT_COPIES["dpo"] - 2) * logit_buffer,
