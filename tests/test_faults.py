@@ -194,3 +194,43 @@ def test_resume_from_checkpoint_of_another_run_is_honoured(tmp_path, tiny_model)
     assert record(run_dir)["attempts"][-1]["resumed_from"] == "checkpoint-2"
     steps = [json.loads(line)["current_steps"] for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
     assert steps[0] == 3 and json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 8
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 160 MB filesystem (tmpfs) for the run folder, where this machine lets a test mount one."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root; the faked ENOSPC tests cover the same paths")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_real_full_disk_mid_run_keeps_the_record_and_resume_finishes(tmp_path, tiny_model, small_disk):
+    """The run is paused right after its first checkpoint, the disk filled to its last 32 KB, and the
+    run continued: whatever write fails next (a log line, a checkpoint, the record), it stops with one
+    line, mpskit.json stays whole, and once space is freed --resume finishes the same run."""
+    run_dir = small_disk / "run"
+    command = [sys.executable, "-m", "mpskit.cli", "train", "stage=sft", f"model_name_or_path={tiny_model}", *SHORT,
+               "memory_budget_gb=1000", f"output_dir={run_dir}"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    child = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env)
+    wait_for(lambda: (run_dir / "checkpoint-2").is_dir() or child.poll() is not None)
+    child.send_signal(signal.SIGSTOP)
+    filler = small_disk / "filler"
+    with filler.open("wb") as file:
+        file.write(b"\0" * (os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize - 32 * 1024))
+    child.send_signal(signal.SIGCONT)
+    _, stderr = child.communicate(timeout=300)
+    assert child.returncode == 2, stderr[-3000:]
+    line = error_line(stderr)
+    assert "is full" in line and f"mpskit train --resume {run_dir}" in line
+    assert record(run_dir)["attempts"][-1]["outcome"] == "error: disk full"  # or the record it had: whole
+    filler.unlink()
+    resumed = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert record(run_dir)["attempts"][-1]["outcome"] == "finished"
+    assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 8
