@@ -62,7 +62,7 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
     import yaml
 
     from mpskit import lf, memory
-    from mpskit.train import hide_accelerators
+    from mpskit.environment import hide_accelerators
 
     arm, _, block_mib = arm.partition(":")  # lean:32 is lean attention with 32 MiB blocks
     if block_mib:

@@ -88,7 +88,7 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
     import yaml
 
     from mpskit import lf
-    from mpskit.train import hide_accelerators
+    from mpskit.environment import hide_accelerators
 
     if device == "cpu":
         hide_accelerators()

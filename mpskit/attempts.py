@@ -125,6 +125,10 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
         else:
             attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
             attempt.lean_logits, attempt.lean_attention = lean_paths["lean_logits"], lean_paths["lean_attention"]
+            if args.get("stage") == "foodpo" and rank() == 0:
+                from mpskit.plots import plot_foodpo
+
+                plot_foodpo(run.path)
             _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
             if guard.signal_name:
                 raise Interrupted(run.path, run.last_checkpoint())

@@ -20,9 +20,9 @@ from mpskit.hardware import nvidia_gpus
 from mpskit.knobs import from_args
 from mpskit.memory import GB, checkpoint_bytes, trainable_params
 from mpskit.planner import Plan
+from mpskit.presets import preset_model_dir
 from mpskit.resolve import ResolvedRun, cuda_only
 from mpskit.rundir import incomplete_reason
-from mpskit.tiny import preset_model_dir
 
 
 def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, Plan | None]:

@@ -240,8 +240,4 @@ def run(args: dict, callbacks: list | None = None) -> dict:
     else:
         lean_trainers.install(lean, attention)
     run_exp(args, callbacks=callbacks or [])
-    if is_foodpo and args.get("output_dir"):
-        from mpskit.plots import plot_foodpo
-
-        plot_foodpo(args["output_dir"])
     return {"lean_logits": lean.report, "lean_attention": attention.report}

@@ -98,6 +98,11 @@ def preset_descriptions(kind: str) -> list[tuple[str, str]]:
     return [(name, str(load_yaml(path).get("description", ""))) for name, path in files.items()]
 
 
+def preset_model_dir() -> Path:
+    """Where the `tiny` model preset (configs/models/tiny.yaml) finds the demo model: its one home."""
+    return Path(load_yaml(config_dir() / "models" / "tiny.yaml")["args"]["model_name_or_path"])
+
+
 def resolve_preset_file(kind: str, name_or_path: str) -> Path:
     """A preset name (configs/<kind>/<name>.yaml) or a path to a YAML file."""
     as_path = Path(os.path.expanduser(str(name_or_path)))

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.presets import config_dir, demo_data_dir, load_yaml
+from mpskit.presets import demo_data_dir, preset_model_dir
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2's chat template (system prompt default, no tools), as in Qwen2.5's tokenizer_config.json.
@@ -28,11 +28,6 @@ TINY_DIMS = {
     "intermediate_size": 256,
 }
 VOCAB_SIZE = 2048
-
-
-def preset_model_dir() -> Path:
-    """Where the `tiny` model preset (configs/models/tiny.yaml) finds the demo model: its one home."""
-    return Path(load_yaml(config_dir() / "models" / "tiny.yaml")["args"]["model_name_or_path"])
 
 
 def ensure_preset_model(data_dir: str | Path | None = None) -> tuple[Path, bool]:

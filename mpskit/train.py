@@ -6,7 +6,6 @@ every check runs before the run directory is created, so a bad input leaves noth
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
@@ -17,6 +16,7 @@ from mpskit.advice import plan_duration
 from mpskit.attempts import Ladder, run_attempts
 from mpskit.awake import kept_awake
 from mpskit.checks import check_device, check_disk, check_with_engine, prepare
+from mpskit.environment import enter_run_environment, hide_accelerators
 from mpskit.errors import MpskitError
 from mpskit.hardware import installed_version
 from mpskit.launch import inside_launch, launch
@@ -26,37 +26,10 @@ from mpskit.resolve import ResolvedRun
 from mpskit.rundir import RunDir, RunRecord, latest_run_dir, new_run_dir
 
 
-def hide_accelerators() -> None:
-    """Make torch, transformers, accelerate and LLaMA-Factory see no MPS or CUDA device.
-
-    They all ask `torch.backends.mps.is_available()` / `is_built()` at call time, so replacing those
-    two functions before transformers or llamafactory are imported keeps the model, the batches and
-    the optimizer state on the CPU. CUDA is hidden the usual way, before torch initialises it.
-    """
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    import torch
-
-    torch.backends.mps.is_available = _no_device
-    torch.backends.mps.is_built = _no_device
-
-
-@functools.lru_cache
-def _no_device() -> bool:
-    """Stands in for torch's own lru_cache'd checks (torch._dynamo reads their __wrapped__)."""
-    return False
-
-
 def export_environment(run: ResolvedRun) -> dict[str, str]:
     env = {name: value for name, value, _ in env_for(run.hardware)}
     os.environ.update(env)
     return env
-
-
-def enter_run_environment(record: RunRecord) -> None:
-    """The environment a written run trained in, here: its MPS variables, and MPS hidden if it was."""
-    os.environ.update(record.environment)
-    if record.mps_hidden:
-        hide_accelerators()
 
 
 def write_run_dir(

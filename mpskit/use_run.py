@@ -39,7 +39,7 @@ def open_trained(run_dir: str | Path | None, allow_unfinished: bool = False) -> 
 
 def inference_args(run: RunDir) -> dict:
     """LLaMA-Factory's inference arguments for a run's adapter, in the environment the run trained in."""
-    from mpskit.train import enter_run_environment
+    from mpskit.environment import enter_run_environment
 
     enter_run_environment(run.record)
     args = run.yaml_args()
