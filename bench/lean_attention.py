@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from lean_logits import HARDWARE, loss_diff, one_run, spread, write_measured, write_yaml  # noqa: E402
 from memory_accuracy import MODELS  # noqa: E402
 
-from mpskit.measure import write_long_data  # noqa: E402
-from mpskit.memory import FRAMEWORK_BYTES, GB, Knobs, dims_from_mapping, estimate  # noqa: E402
+from mpskit.plan.measure import write_long_data  # noqa: E402
+from mpskit.plan.memory import FRAMEWORK_BYTES, GB, Knobs, dims_from_mapping, estimate  # noqa: E402
 
 # (model, stage, cutoff_len), batch 1, each with checkpointing on and off
 CASES = [("mid", "sft", 4096), ("mid", "dpo", 2048), ("mid", "dpo", 4096), ("qwen2.5-0.5b", "dpo", 2048)]
@@ -61,8 +61,9 @@ def arm_knobs(arm: str, cutoff: int, checkpointing: bool) -> Knobs:
 def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
     import yaml
 
-    from mpskit import lf, memory
-    from mpskit.environment import hide_accelerators
+    from mpskit.engine import lf
+    from mpskit.engine.environment import hide_accelerators
+    from mpskit.plan import memory
 
     arm, _, block_mib = arm.partition(":")  # lean:32 is lean attention with 32 MiB blocks
     if block_mib:
@@ -73,7 +74,7 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
     lf.import_engine()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from mpskit.monitor import MemoryMonitor
+    from mpskit.run.monitor import MemoryMonitor
 
     monitor = MemoryMonitor(device)  # after the imports: its baseline
     math_path = sdpa_kernel(SDPBackend.MATH) if arm == "math" else contextlib.nullcontext()
@@ -140,7 +141,7 @@ def kernel_bench(block_mib: list[int], repeats: int, seq: int = 4096) -> None:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from mpskit.lean_attention import lean_attention
+    from mpskit.engine.lean_attention import lean_attention
 
     torch.manual_seed(0)
     batch, heads, kv_heads, dim = 2, 14, 2, 64
@@ -188,7 +189,7 @@ def main() -> int:
     if ns.kernel:
         kernel_bench(ns.block_mib or [2, 8, 32, 128], max(ns.repeats, 5))
         return 0
-    from mpskit.tiny import build_tiny_model
+    from mpskit.tools.tiny import build_tiny_model
 
     chosen = [CASES[i] for i in ns.case] if ns.case else CASES
     ok = True

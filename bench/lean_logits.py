@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mpskit.measure import OFFLINE, fresh_process_env, write_long_data  # noqa: E402
+from mpskit.plan.measure import OFFLINE, fresh_process_env, write_long_data  # noqa: E402
 
 QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                   intermediate_size=4864, vocab_size=151936)  # fmt: skip
@@ -87,14 +87,14 @@ def write_measured(monitor, out: str) -> None:
 def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
     import yaml
 
-    from mpskit import lf
-    from mpskit.environment import hide_accelerators
+    from mpskit.engine import lf
+    from mpskit.engine.environment import hide_accelerators
 
     if device == "cpu":
         hide_accelerators()
     args = {**yaml.safe_load(Path(yaml_file).read_text()), "output_dir": out}
     run_exp = lf.import_engine()
-    from mpskit.monitor import MemoryMonitor
+    from mpskit.run.monitor import MemoryMonitor
 
     monitor = MemoryMonitor(device)  # after the imports: its baseline
     if arm == "lean":
@@ -127,7 +127,7 @@ def main() -> int:
     ns = parser.parse_args()
     if ns.repeats < 1:
         parser.error("--repeats must be 1 or more")
-    from mpskit.tiny import build_tiny_model
+    from mpskit.tools.tiny import build_tiny_model
 
     ok = True
     with tempfile.TemporaryDirectory(prefix="mpskit-lean-bench-") as tmp:

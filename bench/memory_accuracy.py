@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mpskit.measure import Case, measure, write_long_data  # noqa: E402
+from mpskit.plan.measure import Case, measure, write_long_data  # noqa: E402
 
 QWEN_VOCAB = 151936
 MODELS = {
@@ -70,7 +70,7 @@ CASES = [
     ("qwen2.5-0.5b", Case("dpo", 128, 1, 8, False, "sdpa")),
     ("qwen2.5-0.5b", Case("dpo", 256, 1, 4, True, "sdpa")),
 ]
-# Held out of the first calibration of the constants in mpskit/memory.py (a later refit used every case).
+# Held out of the first calibration of the constants in mpskit/plan/memory.py (a later refit used every case).
 HELD_OUT = [
     ("small", Case("sft", 768, 3, 8, False, "sdpa")),
     ("mid", Case("dpo", 384, 3, 32, False, "sdpa")),
@@ -119,7 +119,7 @@ def lean_paths(case: Case) -> str:
 
 
 def build_models(names: set[str], root: Path) -> dict[str, Path]:
-    from mpskit.tiny import build_tiny_model
+    from mpskit.tools.tiny import build_tiny_model
 
     return {name: build_tiny_model(root / name, ROOT / "data", dims=MODELS[name]) for name in sorted(names)}
 

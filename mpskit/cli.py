@@ -28,12 +28,12 @@ USAGE_RUN = (
 def _resolve_from_words(words: list[str], typed: bool = True):
     """The run the words describe, and -o's file. `typed`: word values typed as llamafactory-cli types
     them (lf.typed_words); `plan` reads them as YAML scalars, which gives the same numbers."""
-    from mpskit.resolve import resolve
-    from mpskit.run_words import read_run_words
+    from mpskit.inputs.resolve import resolve
+    from mpskit.inputs.run_words import read_run_words
 
     given = read_run_words(words)
     if typed and given.word_texts:
-        from mpskit import lf
+        from mpskit.engine import lf
 
         given.values.update(lf.typed_words(given.word_texts))
     return resolve(given.values, hardware=given.hardware), given.output
@@ -42,14 +42,14 @@ def _resolve_from_words(words: list[str], typed: bool = True):
 def _note_cuda_only(run) -> None:
     """`config` and `plan` write and plan CUDA-only options anywhere, with a note; `train` refuses them
     off CUDA (checks.check_device)."""
-    from mpskit.resolve import cuda_only
+    from mpskit.inputs.resolve import cuda_only
 
     for problem in cuda_only(run.args, run.device):
         warn(f"{problem}: this config is for a CUDA machine")
 
 
 def cmd_detect(ns: argparse.Namespace) -> int:
-    from mpskit.hardware import describe, select_hardware
+    from mpskit.inputs.hardware import describe, select_hardware
 
     hw = select_hardware(ns.hardware, probe_torch=True)
     if ns.json:
@@ -61,8 +61,8 @@ def cmd_detect(ns: argparse.Namespace) -> int:
 
 
 def cmd_env(ns: argparse.Namespace) -> int:
-    from mpskit.hardware import hardware_notes, select_hardware
-    from mpskit.mps_env import export_lines
+    from mpskit.inputs.hardware import hardware_notes, select_hardware
+    from mpskit.inputs.mps_env import export_lines
 
     hw = select_hardware(ns.hardware)
     for note in hardware_notes(hw):
@@ -72,7 +72,7 @@ def cmd_env(ns: argparse.Namespace) -> int:
 
 
 def cmd_ls(ns: argparse.Namespace) -> int:
-    from mpskit.presets import PRESET_KINDS, config_dir, preset_descriptions
+    from mpskit.inputs.presets import PRESET_KINDS, config_dir, preset_descriptions
 
     print(f"presets in {config_dir()} (MPSKIT_CONFIG_DIR to use your own folder)")
     for kind in PRESET_KINDS:
@@ -84,8 +84,8 @@ def cmd_ls(ns: argparse.Namespace) -> int:
 
 
 def cmd_config(words: list[str]) -> int:
-    from mpskit import lf
-    from mpskit.checks import check_with_engine, prepare
+    from mpskit.engine import lf
+    from mpskit.recipes.checks import check_with_engine, prepare
     from mpskit.rundir import new_run_dir
 
     force = "--force" in words
@@ -112,10 +112,10 @@ def cmd_config(words: list[str]) -> int:
 def cmd_plan(words: list[str]) -> int:
     """The memory plan for a run and how long it takes; no torch import, so it answers at once (with
     --probe, after timing a few real steps). Exit code 3 when no setting fits, so scripts can tell."""
-    from mpskit import lf
-    from mpskit.advice import plan_duration, plan_run
-    from mpskit.plan_report import plan_as_dict, plan_lines
-    from mpskit.probe import check_probe_machine, probe
+    from mpskit.engine import lf
+    from mpskit.plan.advice import plan_duration, plan_run
+    from mpskit.plan.plan_report import plan_as_dict, plan_lines
+    from mpskit.plan.probe import check_probe_machine, probe
 
     as_json, probing = "--json" in words, "--probe" in words
     words = [w for w in words if w not in ("--json", "--probe")]
@@ -137,7 +137,7 @@ def cmd_plan(words: list[str]) -> int:
 
 
 def cmd_train(words: list[str]) -> int:
-    from mpskit.train import resume, train
+    from mpskit.recipes.train import resume, train
 
     if "--resume" in words:
         rest = [w for w in words if w != "--resume"]
@@ -151,22 +151,22 @@ def cmd_train(words: list[str]) -> int:
 
 
 def cmd_rank(ns: argparse.Namespace) -> int:
+    from mpskit.recipes.train import continue_run
     from mpskit.rundir import RunDir
-    from mpskit.train import continue_run
 
     continue_run(RunDir.open(ns.run_dir))
     return 0
 
 
 def cmd_chat(ns: argparse.Namespace) -> int:
-    from mpskit.use_run import chat
+    from mpskit.tools.use_run import chat
 
     chat(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.allow_unfinished)
     return 0
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
-    from mpskit.use_run import export
+    from mpskit.tools.use_run import export
 
     out = export(ns.run_dir, ns.output, ns.allow_unfinished)
     print(f"mpskit: wrote {out} (loads with transformers' AutoModelForCausalLM.from_pretrained)", file=sys.stderr)
@@ -174,7 +174,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
 
 
 def cmd_eval(ns: argparse.Namespace) -> int:
-    from mpskit.evaluate import evaluate
+    from mpskit.tools.evaluate import evaluate
 
     print(evaluate(ns.run_dirs, ns.dataset, ns.dataset_dir, ns.allow_unfinished), end="")
     return 0
@@ -185,7 +185,7 @@ def _allow_unfinished(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_tiny_model(ns: argparse.Namespace) -> int:
-    from mpskit.tiny import build_tiny_model, ensure_preset_model
+    from mpskit.tools.tiny import build_tiny_model, ensure_preset_model
 
     if ns.directory:
         out, built = build_tiny_model(ns.directory, ns.data), True
@@ -196,19 +196,19 @@ def cmd_tiny_model(ns: argparse.Namespace) -> int:
 
 
 def cmd_doctor(ns: argparse.Namespace) -> int:
-    from mpskit.doctor import run_doctor
+    from mpskit.tools.doctor import run_doctor
 
     return run_doctor(ns.hardware, ns.model)
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
-    from mpskit.demo import run_demo
+    from mpskit.tools.demo import run_demo
 
     return run_demo(ns.hardware)
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    from mpskit.compare import compare
+    from mpskit.tools.compare import compare
 
     out = compare(ns.run_dirs, ns.out)
     print((out / "comparison.md").read_text(), end="")

@@ -24,6 +24,6 @@ def run_mpskit(*words: str, cwd: Path = ROOT, env: dict | None = None) -> subpro
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from mpskit.tiny import build_tiny_model
+    from mpskit.tools.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", ROOT / "data")

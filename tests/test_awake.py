@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 
 # mpskit's command line in a process that takes itself for macOS (the rest of the machine is as it is)
-AS_MACOS = "import sys, mpskit.awake as a; a.on_macos = lambda: True; from mpskit.cli import main; sys.exit(main())"
+AS_MACOS = "import sys, mpskit.run.awake as a; a.on_macos = lambda: True; from mpskit.cli import main; sys.exit(main())"
 FAKE_CAFFEINATE = """#!/bin/sh
 echo "started $*" >> "$CAFFEINATE_LOG"
 trap 'echo stopped >> "$CAFFEINATE_LOG"; exit 0' TERM
@@ -51,7 +51,7 @@ def test_keep_awake_false_starts_no_caffeinate(tmp_path, tiny_model):
 
 def test_keep_awake_must_be_a_switch():
     from mpskit.errors import MpskitError
-    from mpskit.resolve import resolve
+    from mpskit.inputs.resolve import resolve
 
     with pytest.raises(MpskitError, match="keep_awake='sometimes' is not true or false"):
         resolve({"stage": "sft", "model_preset": "tiny", "keep_awake": "sometimes"}, hardware="cpu")

@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpskit.errors import MpskitError
-from mpskit.memory import GB
-from mpskit.presets import load_yaml, merge
-from mpskit.resolve import PLANNER_KEYS, resolve
-from mpskit.run_words import read_run_words
-from mpskit.validate import CHOICES, RANGES, SWITCHES
+from mpskit.inputs.presets import load_yaml, merge
+from mpskit.inputs.resolve import PLANNER_KEYS, resolve
+from mpskit.inputs.run_words import read_run_words
+from mpskit.inputs.validate import CHOICES, RANGES, SWITCHES
+from mpskit.plan.memory import GB
 
 DATA = ROOT / "data"
 
@@ -473,7 +473,7 @@ def test_fuzz_merge_and_resolve(user, file_layer):
 
 
 def test_disk_space_is_checked_before_training(tmp_path, monkeypatch):
-    from mpskit import checks
+    from mpskit.recipes import checks
 
     run = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b", "output_dir": str(tmp_path / "run")}, hardware="cpu")
     checks.check_disk(run)  # this disk has room for a LoRA checkpoint

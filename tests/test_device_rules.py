@@ -8,7 +8,7 @@ import os
 import pytest
 from conftest import run_mpskit
 
-from mpskit.resolve import resolve
+from mpskit.inputs.resolve import resolve
 
 
 @pytest.fixture

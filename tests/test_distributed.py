@@ -9,9 +9,9 @@ import pytest
 import yaml
 from conftest import ROOT, run_mpskit
 
-from mpskit.hardware import load_hardware
-from mpskit.memory import ModelDims
-from mpskit.planner import plan
+from mpskit.inputs.hardware import load_hardware
+from mpskit.plan.memory import ModelDims
+from mpskit.plan.planner import plan
 
 QWEN25_3B = ModelDims(hidden=2048, layers=36, heads=16, kv_heads=2, ffn=11008, vocab=151936)
 ARGS = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "cutoff_len": 512, "lora_rank": 8,

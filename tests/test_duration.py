@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_mpskit
 
-from mpskit.dataset_checks import training_rows
-from mpskit.duration import (
+from mpskit.inputs.dataset_checks import training_rows
+from mpskit.inputs.hardware import load_hardware, profile_names
+from mpskit.plan.duration import (
     DEFAULT_THROUGHPUT,
     extrapolate,
     format_seconds,
@@ -23,7 +24,6 @@ from mpskit.duration import (
     throughput_for,
     train_examples,
 )
-from mpskit.hardware import load_hardware, profile_names
 
 DATA = ROOT / "data"
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import ROOT
 
+from mpskit.engine.foodpo import FooDPOConfig, split_foodpo_args
 from mpskit.errors import MpskitError
-from mpskit.foodpo import FooDPOConfig, split_foodpo_args
 
 IGNORE = -100
 
@@ -56,7 +56,7 @@ def trainer_args(tiny_model, tmp_path) -> dict:
 
 @pytest.fixture(scope="module")
 def trainers(tiny_model, tmp_path_factory):
-    from mpskit.foodpo_trainer import build_dpo_trainer
+    from mpskit.engine.foodpo_trainer import build_dpo_trainer
 
     args = trainer_args(tiny_model, tmp_path_factory.mktemp("foodpo"))
     foo = build_dpo_trainer(args, FooDPOConfig(pref_beta_scale=0.5))
@@ -71,7 +71,7 @@ def trainable_grads(model) -> dict[str, torch.Tensor]:
 
 
 def computed_beta(foo, batch) -> torch.Tensor:
-    from mpskit.foodpo_trainer import dynamic_beta, prompt_log_perplexity
+    from mpskit.engine.foodpo_trainer import dynamic_beta, prompt_log_perplexity
 
     half = batch["input_ids"].size(0) // 2
     with torch.no_grad():
@@ -128,7 +128,7 @@ def test_prompt_perplexity_matches_plain_transformers(tiny_model):
     """Padding on both sides, and a real token with id 0 (the pad id too) inside a prompt."""
     from transformers import AutoModelForCausalLM
 
-    from mpskit.foodpo_trainer import prompt_log_perplexity
+    from mpskit.engine.foodpo_trainer import prompt_log_perplexity
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
     rows = [  # (prompt, response, left pad, right pad)

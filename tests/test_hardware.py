@@ -3,7 +3,7 @@ import os
 import pytest
 
 from mpskit.errors import MpskitError
-from mpskit.hardware import (
+from mpskit.inputs.hardware import (
     Hardware,
     bf16_is_fast,
     bf16_supported,
@@ -88,7 +88,7 @@ def test_a_detected_cuda_machine_gets_bf16_from_its_compute_capability(smi_line,
     """nvidia-smi says it, so no torch import and no CUDA initialised before a CPU run could hide it."""
     import platform
 
-    from mpskit.resolve import resolve
+    from mpskit.inputs.resolve import resolve
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text(f"#!/bin/sh\necho '{smi_line}'\necho '{smi_line}'\n")

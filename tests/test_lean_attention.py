@@ -12,7 +12,7 @@ import yaml
 from conftest import run_mpskit
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mpskit.lean_attention import NAME, LeanAttention, attention_mask, lean_attention
+from mpskit.engine.lean_attention import NAME, LeanAttention, attention_mask, lean_attention
 
 DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
 # (batch, query heads, kv heads, length, rows per block): one position; one block; several blocks
@@ -223,8 +223,8 @@ def test_an_unsupported_model_type_keeps_its_own_attention(capsys):
 
 
 def test_the_block_budget_bounds_the_scores():
-    from mpskit.lean_attention import block_rows
-    from mpskit.memory import attention_block_bytes
+    from mpskit.engine.lean_attention import block_rows
+    from mpskit.plan.memory import attention_block_bytes
 
     rows = block_rows(2, 14, 4096, "cpu")
     assert 4 * 2 * 14 * 4096 * rows <= attention_block_bytes("cpu") < 4 * 2 * 14 * 4096 * (rows + 1)

@@ -14,7 +14,7 @@ import torch
 import yaml
 from conftest import ROOT
 
-from mpskit.foodpo import FooDPOConfig
+from mpskit.engine.foodpo import FooDPOConfig
 
 IGNORE = -100
 QWEN_VOCAB = 151936
@@ -29,7 +29,7 @@ DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_token_logps_and_gradient_match_log_softmax(monkeypatch, device):
-    from mpskit import lean_logits
+    from mpskit.engine import lean_logits
 
     monkeypatch.setattr(lean_logits, "CHUNK_BYTES", 4 * 3000 * 37)  # 37 positions a chunk: 14 chunks
     torch.manual_seed(0)
@@ -51,7 +51,7 @@ def test_token_logps_and_gradient_match_log_softmax(monkeypatch, device):
 
 
 def test_mean_logit_per_position_is_the_mean_of_the_logits():
-    from mpskit.lean_logits import mean_logit_per_position
+    from mpskit.engine.lean_logits import mean_logit_per_position
 
     torch.manual_seed(1)
     hidden, weight = torch.randn(2, 5, 16), torch.randn(700, 16)
@@ -60,7 +60,7 @@ def test_mean_logit_per_position_is_the_mean_of_the_logits():
 
 @pytest.fixture(scope="module")
 def qwen_vocab_model(tmp_path_factory):
-    from mpskit.tiny import build_tiny_model
+    from mpskit.tools.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("vocab") / "model", ROOT / "data", dims={"vocab_size": QWEN_VOCAB})
 
@@ -128,7 +128,7 @@ def assert_same(plain, lean) -> None:
 
 @pytest.mark.parametrize("foodpo", [None, FooDPOConfig(pref_beta_scale=0.5), FooDPOConfig(0.5, ppl_source="reference")])
 def test_dpo_and_foodpo_lean_equal_plain(qwen_vocab_model, tmp_path, foodpo):
-    from mpskit.foodpo_trainer import build_dpo_trainer
+    from mpskit.engine.foodpo_trainer import build_dpo_trainer
 
     args = trainer_args(qwen_vocab_model, tmp_path, "dpo")
     plain = build_dpo_trainer(args, foodpo, lean=False)
@@ -148,7 +148,7 @@ def test_dpo_and_foodpo_lean_equal_plain(qwen_vocab_model, tmp_path, foodpo):
 
 
 def build_sft_trainer(args: dict, lean: bool):
-    from mpskit.lean_trainers import CustomSeq2SeqTrainer, LeanPath, LeanSFTTrainer, build_trainer
+    from mpskit.engine.lean_trainers import CustomSeq2SeqTrainer, LeanPath, LeanSFTTrainer, build_trainer
 
     return build_trainer(args, functools.partial(LeanSFTTrainer, lean=LeanPath(True)) if lean else CustomSeq2SeqTrainer)
 
@@ -169,7 +169,7 @@ def test_sft_lean_equals_plain(qwen_vocab_model, tmp_path):
 
 
 def test_full_finetuning_falls_back_and_says_so(qwen_vocab_model, tmp_path, capsys):
-    from mpskit.foodpo_trainer import build_dpo_trainer
+    from mpskit.engine.foodpo_trainer import build_dpo_trainer
 
     args = {**trainer_args(qwen_vocab_model, tmp_path, "dpo"), "finetuning_type": "full", "pref_loss": "orpo"}
     args.pop("lora_target")

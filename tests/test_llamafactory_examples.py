@@ -57,7 +57,7 @@ def test_config_and_plan(name, tiny_model, tmp_path):
 def test_two_steps_of_each_stage(name, tiny_model, tmp_path):
     words = swapped(name, tiny_model)
     if CASES[name][0] == "pt":  # pt packs texts into cutoff_len (2048) blocks: the demo's are too short
-        from mpskit.measure import write_long_data
+        from mpskit.plan.measure import write_long_data
 
         words += [f"dataset_dir={write_long_data(tmp_path / 'long')}", "dataset=long_sft"]
     result = run_mpskit("train", *words, "max_steps=2", cwd=tmp_path)

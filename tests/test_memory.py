@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from mpskit.memory import (
+from mpskit.plan.memory import (
     ACTIVATION_FACTOR,
     ATTENTION_GRADIENT_COPIES,
     GB,

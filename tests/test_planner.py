@@ -8,12 +8,12 @@ import sys
 import pytest
 from conftest import ROOT, run_mpskit
 
-from mpskit.advice import plan_run
-from mpskit.budget import SAFETY_MARGIN, budget_for
-from mpskit.hardware import load_hardware
-from mpskit.memory import FRAMEWORK_BYTES, GB, ModelDims
-from mpskit.planner import plan
-from mpskit.resolve import resolve
+from mpskit.inputs.hardware import load_hardware
+from mpskit.inputs.resolve import resolve
+from mpskit.plan.advice import plan_run
+from mpskit.plan.budget import SAFETY_MARGIN, budget_for
+from mpskit.plan.memory import FRAMEWORK_BYTES, GB, ModelDims
+from mpskit.plan.planner import plan
 
 QWEN15_05B = ModelDims(hidden=1024, layers=24, heads=16, kv_heads=16, ffn=2816, vocab=151936)
 STAGE_ARGS = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "cutoff_len": 512, "lora_rank": 8}
@@ -137,8 +137,8 @@ def test_training_refuses_a_run_no_setting_fits(tmp_path, tiny_model):
 def test_flash_attention_is_offered_only_where_the_profile_has_it():
     from dataclasses import replace
 
-    from mpskit.knobs import Knobs
-    from mpskit.planner import candidates
+    from mpskit.inputs.knobs import Knobs
+    from mpskit.plan.planner import candidates
 
     asked = Knobs(batch=4, cutoff_len=512)
     without = load_hardware("cuda-24gb")
@@ -149,7 +149,7 @@ def test_flash_attention_is_offered_only_where_the_profile_has_it():
 
 
 def test_a_local_models_own_config_wins_over_the_presets_dims(tmp_path):
-    from mpskit.advice import model_dims
+    from mpskit.plan.advice import model_dims
 
     preset = {"hidden": 896, "layers": 24, "heads": 14, "kv_heads": 2, "ffn": 4864, "vocab": 151936}
     config = {"hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2,

@@ -6,7 +6,14 @@ import pytest
 from conftest import ROOT
 from transformers import TrainingArguments
 
-from mpskit.removed_keys import DROPPED, RENAMED, SWITCHED, TABLE_KEYS, TRANSFORMERS_4_FIELDS, translate_removed_keys
+from mpskit.inputs.removed_keys import (
+    DROPPED,
+    RENAMED,
+    SWITCHED,
+    TABLE_KEYS,
+    TRANSFORMERS_4_FIELDS,
+    translate_removed_keys,
+)
 
 
 def test_every_field_the_installed_transformers_removed_is_in_the_table():

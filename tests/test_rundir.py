@@ -176,13 +176,13 @@ def test_run_attempts_reads_the_record_once(tmp_path, monkeypatch):
     monkeypatch.setattr(rundir, "read_record", lambda path: reads.append(path) or RunRecord("r", "sft", "cpu"))
     with run.locked("test"):
         assert reads == [run.path]
-    source = Path(__file__).parents[1].joinpath("mpskit", "attempts.py").read_text(encoding="utf-8")
+    source = Path(__file__).parents[1].joinpath("mpskit", "run", "attempts.py").read_text(encoding="utf-8")
     assert "read_record" not in source and "RunDir.open" not in source
 
 
 def test_resume_from_a_checkpoint_of_another_lora_rank_is_refused_before_anything_starts(tmp_path):
-    from mpskit.checks import check_resume_from
     from mpskit.errors import MpskitError
+    from mpskit.recipes.checks import check_resume_from
 
     checkpoint = make_checkpoint(tmp_path, 4)
     (checkpoint / "adapter_config.json").write_text(json.dumps({"r": 16, "peft_type": "LORA"}))

@@ -33,7 +33,7 @@ def test_plan_for_an_unplanned_stage_is_one_line():
 
 
 def test_every_stage_trains_with_resumable_checkpoints():
-    from mpskit.resumable import OWN_TRAINERS
+    from mpskit.engine.resumable import OWN_TRAINERS
     from mpskit.stages import STAGES
 
     assert {name for name, stage in STAGES.items() if not stage.lean} == set(OWN_TRAINERS)

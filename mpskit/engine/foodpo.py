@@ -1,0 +1,67 @@
+"""fooDPO's settings: DPO with a per-example beta scaled by the prompt's log-perplexity.
+
+    beta_i = pref_beta * pref_beta_scale * log(max(PPL_i, 1))   when pref_beta_scale > 0
+    beta_i = pref_beta                                          when pref_beta_scale = 0
+
+LLaMA-Factory has no `foodpo` stage: the written YAML says `stage: foodpo` (so plain
+`llamafactory-cli` refuses it instead of silently running DPO), and `mpskit train` turns it into
+LLaMA-Factory's DPO workflow with the fooDPO trainer swapped in (see foodpo_trainer.py).
+No torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mpskit.errors import MpskitError
+from mpskit.inputs.validate import check_value
+
+FOODPO_KEYS = ("pref_beta_scale", "foodpo_beta_min", "foodpo_beta_max", "foodpo_ppl_source")
+PPL_SOURCES = ("policy", "reference")
+# LLaMA-Factory 0.9.5's pref_loss values. kto_pair is gone from trl 0.24's dpo_loss.
+SUPPORTED_LOSSES = ("sigmoid", "hinge", "ipo", "orpo", "simpo")
+NO_REFERENCE_LOSSES = ("orpo", "simpo")
+
+
+@dataclass(frozen=True)
+class FooDPOConfig:
+    pref_beta_scale: float = 0.0
+    beta_min: float | None = None
+    beta_max: float | None = None
+    ppl_source: str = "policy"
+
+
+def _number(args: dict, key: str) -> float | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    check_value(key, value)
+    return float(value)
+
+
+def split_foodpo_args(args: dict) -> tuple[dict, FooDPOConfig]:
+    """(the DPO arguments LLaMA-Factory reads, fooDPO's own settings), checked."""
+    lf_args = {key: value for key, value in args.items() if key not in FOODPO_KEYS}
+    lf_args["stage"] = "dpo"
+    loss = lf_args.get("pref_loss", "sigmoid")
+    if loss not in SUPPORTED_LOSSES:
+        raise MpskitError(
+            f"pref_loss '{loss}' cannot take fooDPO's per-example beta (trl 0.24's DPO loss has no {loss})",
+            f"use one of {', '.join(SUPPORTED_LOSSES)}",
+        )
+    source = args.get("foodpo_ppl_source", "policy")
+    if source not in PPL_SOURCES:
+        raise MpskitError(f"foodpo_ppl_source is {source!r}", "use policy or reference")
+    if source == "reference" and loss in NO_REFERENCE_LOSSES:
+        raise MpskitError(
+            f"foodpo_ppl_source: reference needs a reference model, which {loss} has none of", "use policy"
+        )
+    config = FooDPOConfig(
+        pref_beta_scale=_number(args, "pref_beta_scale") or 0.0,
+        beta_min=_number(args, "foodpo_beta_min"),
+        beta_max=_number(args, "foodpo_beta_max"),
+        ppl_source=source,
+    )
+    if config.beta_min is not None and config.beta_max is not None and config.beta_min > config.beta_max:
+        raise MpskitError("foodpo_beta_min is above foodpo_beta_max", "swap them")
+    return lf_args, config

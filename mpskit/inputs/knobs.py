@@ -1,0 +1,223 @@
+"""The knobs the planner and the out-of-memory ladder may move, in one table. No torch import.
+
+Everything about a knob lives here: its field in `Knobs`, the LLaMA-Factory keys that set it (and,
+when the user or the hardware profile sets any of them, pin it), how it is read from and written to
+those keys, where it sits in the give-up order with its floor, and how it is said in words. Adding a
+knob is one edit here plus its term in the memory model (memory.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+from mpskit.inputs.presets import config_dir
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The settings memory and speed depend on; the planner searches over these."""
+
+    batch: int  # per-device micro-batch (sequences; DPO pairs)
+    cutoff_len: int
+    lora_rank: int = 8
+    checkpointing: bool = True  # LLaMA-Factory's default
+    dtype: str = "fp32"
+    attention: str = "sdpa"  # sdpa, eager or fa2
+    finetuning: str = "lora"
+    quantization_bit: int | None = None  # 4 or 8: QLoRA through bitsandbytes (CUDA)
+    optim: str = "adamw_torch"  # or an 8-bit bitsandbytes AdamW (CUDA)
+    zero_stage: int = 0  # DeepSpeed ZeRO: 2 shards gradients and optimizer states, 3 also weights
+    world_size: int = 1  # processes sharing the run (the estimate is per process)
+    lean_logits: bool = False  # next-token log-probabilities in chunks, never the whole logits
+    # attention by blocks of queries, never the heads x s x s matrices; None (auto): on wherever
+    # attention would otherwise be materialised (memory.lean_attention_runs)
+    lean_attention: bool | None = None
+
+
+# knob -> the keys that set it; a knob is pinned when the user or the hardware profile sets any of
+# them, and free (the planner's and the ladder's to move) otherwise, or when set to `auto`.
+KEYS = {
+    "batch": ("per_device_train_batch_size", "gradient_accumulation_steps"),
+    "checkpointing": ("disable_gradient_checkpointing",),
+    "lora_rank": ("lora_rank",),
+    "cutoff_len": ("cutoff_len",),
+    "dtype": ("bf16", "fp16"),
+    "attention": ("flash_attn",),
+    "quantization": ("quantization_bit",),
+    "optim": ("optim",),
+    "zero": ("deepspeed",),
+    "lean_logits": ("lean_logits",),  # mpskit's own keys: recorded in mpskit.json, not in the YAML
+    "lean_attention": ("lean_attention",),
+}
+PLANNER_KEYS = tuple(key for keys in KEYS.values() for key in keys)
+ATTENTION = {"disabled": "eager", "fa2": "fa2"}  # flash_attn value -> Knobs.attention; anything else: sdpa
+DEFAULT_OPTIM = "adamw_torch"
+EIGHT_BIT_OPTIM = "paged_adamw_8bit"
+# The give-up order's floors: what the planner and the ladder lower no further.
+MIN_LORA_RANK = 4
+DEFAULT_CUTOFF_FLOOR = 256
+# The knobs the out-of-memory ladder moves, least costly first (see next_rung).
+LADDER = ("checkpointing", "batch", "lora_rank", "cutoff_len")
+
+
+def free_knobs(pinned: set[str]) -> set[str]:
+    """Knob names the user left open, from the LLaMA-Factory keys they pinned."""
+    return {name for name, keys in KEYS.items() if not pinned & set(keys)}
+
+
+def effective_batch(args: dict) -> int:
+    """Sequences (or pairs) per optimizer step and process: micro-batch x accumulation."""
+    return int(args.get("per_device_train_batch_size", 1)) * int(args.get("gradient_accumulation_steps", 1))
+
+
+def deepspeed_file(stage: int) -> str:
+    return str(config_dir() / "deepspeed" / f"ds_z{stage}.json")
+
+
+def zero_stage_of(path: str | None) -> int:
+    """The ZeRO stage a DeepSpeed JSON file asks for (0 without one)."""
+    if not path:
+        return 0
+    try:
+        config = json.loads(Path(str(path)).expanduser().read_text(encoding="utf-8"))
+        return int(config.get("zero_optimization", {}).get("stage", 0))
+    except (OSError, ValueError, AttributeError) as err:
+        raise MpskitError(f"deepspeed config {path} is not readable JSON", "point deepspeed to a ZeRO config") from err
+
+
+def from_args(args: dict, world_size: int = 1) -> Knobs:
+    """The knobs a set of LLaMA-Factory arguments asks for."""
+    return Knobs(
+        batch=int(args.get("per_device_train_batch_size", 1)),
+        cutoff_len=int(args.get("cutoff_len", 2048)),
+        lora_rank=int(args.get("lora_rank", 8)),
+        checkpointing=not args.get("disable_gradient_checkpointing", False),
+        dtype="bf16" if args.get("bf16") else "fp16" if args.get("fp16") else "fp32",
+        attention=ATTENTION.get(str(args.get("flash_attn")), "sdpa"),
+        finetuning="full" if args.get("finetuning_type") == "full" else "lora",
+        quantization_bit=args.get("quantization_bit"),
+        optim=str(args.get("optim") or DEFAULT_OPTIM),
+        zero_stage=zero_stage_of(args.get("deepspeed")),
+        world_size=world_size,
+        lean_logits=bool(args.get("lean_logits", True)),  # auto: on wherever it applies
+        lean_attention=None if args.get("lean_attention") is None else bool(args["lean_attention"]),
+    )
+
+
+def to_args(knobs: Knobs, effective: int) -> dict:
+    """The LLaMA-Factory keys for a setting; accumulation keeps the effective batch. The CUDA-only
+    knobs appear only when they are in use."""
+    extra = {"quantization_bit": knobs.quantization_bit} if knobs.quantization_bit else {}
+    if knobs.optim != DEFAULT_OPTIM:
+        extra["optim"] = knobs.optim
+    if knobs.zero_stage:
+        extra["deepspeed"] = deepspeed_file(knobs.zero_stage)
+    return {
+        "per_device_train_batch_size": knobs.batch,
+        "gradient_accumulation_steps": max(1, effective // knobs.batch),
+        "disable_gradient_checkpointing": not knobs.checkpointing,
+        "lora_rank": knobs.lora_rank,
+        "cutoff_len": knobs.cutoff_len,
+        "bf16": knobs.dtype == "bf16",
+        "fp16": knobs.dtype == "fp16",
+        "flash_attn": {"eager": "disabled"}.get(knobs.attention, knobs.attention),
+        "lean_logits": knobs.lean_logits,
+        "lean_attention": knobs.lean_attention,
+        **extra,
+    }
+
+
+def as_words(knobs: Knobs, effective: int, keys: tuple[str, ...]) -> str:
+    """`key=value` words for a command line: these keys of the setting, in this order."""
+    args = to_args(knobs, effective)
+    return " ".join(f"{key}={str(args[key]).lower() if isinstance(args[key], bool) else args[key]}" for key in keys)
+
+
+# The give-up order: lower LoRA ranks by halving, shorter cutoffs by a quarter in multiples of 64.
+def lower_ranks(start: int) -> list[int]:
+    """start, then halvings down to MIN_LORA_RANK."""
+    values = [start]
+    while values[-1] // 2 >= MIN_LORA_RANK:
+        values.append(values[-1] // 2)
+    return values
+
+
+def lower_cutoffs(start: int, floor: int) -> list[int]:
+    """start, then multiples of 64 stepping down by a quarter, down to the floor."""
+    values = [start]
+    while True:
+        nxt = max(floor, int(values[-1] * 0.75) // 64 * 64)
+        if nxt >= values[-1] or nxt < floor:
+            return values
+        values.append(nxt)
+
+
+def next_rung(knobs: Knobs, effective: int, free: set[str], cutoff_floor: int) -> tuple[Knobs, str] | None:
+    """The out-of-memory ladder: the least costly change of a free knob that lowers memory, and what
+    it costs; None at the bottom. Checkpointing on (slower, same result); halve the micro-batch and
+    double accumulation (same effective batch); lower the LoRA rank; shorten cutoff_len to its floor."""
+    if "checkpointing" in free and not knobs.checkpointing:
+        return replace(knobs, checkpointing=True), "gradient checkpointing on (about a third slower, same result)"
+    if "batch" in free and knobs.batch > 1:
+        batch = knobs.batch // 2
+        return replace(knobs, batch=batch), (
+            f"micro-batch {knobs.batch} -> {batch}, accumulation {effective // batch} (same effective batch)"
+        )
+    ranks = lower_ranks(knobs.lora_rank)
+    if "lora_rank" in free and len(ranks) > 1:
+        rank = ranks[1]
+        return replace(knobs, lora_rank=rank), f"LoRA rank {knobs.lora_rank} -> {rank} (a new adapter: restarts)"
+    cutoffs = lower_cutoffs(knobs.cutoff_len, cutoff_floor)
+    if "cutoff_len" in free and len(cutoffs) > 1:
+        return replace(knobs, cutoff_len=cutoffs[1]), (
+            f"cutoff_len {knobs.cutoff_len} -> {cutoffs[1]} (longer examples truncated)"
+        )
+    return None
+
+
+def describe(knobs: Knobs, effective: int) -> str:
+    """One setting in words, as `mpskit plan` shows it."""
+    words = [
+        f"batch {knobs.batch} x accumulation {max(1, effective // knobs.batch)}",
+        f"cutoff_len {knobs.cutoff_len}",
+        f"LoRA rank {knobs.lora_rank}",
+        f"checkpointing {'on' if knobs.checkpointing else 'off'}",
+        "lean attention" if knobs.lean_attention else knobs.attention,
+        knobs.dtype,
+    ]
+    if knobs.quantization_bit:
+        words.append(f"{knobs.quantization_bit}-bit QLoRA")
+    if "8bit" in knobs.optim:
+        words.append(knobs.optim)
+    if knobs.zero_stage:
+        words.append(f"ZeRO-{knobs.zero_stage}")
+    return ", ".join(words)
+
+
+def changes(asked: Knobs, chosen: Knobs, effective: int, floor: int) -> list[str]:
+    """What the planner changed from what was asked, in words."""
+    said = {
+        "batch": f"micro-batch {asked.batch} -> {chosen.batch}, accumulation {effective // chosen.batch} "
+        f"(effective {effective})",
+        "checkpointing": f"gradient checkpointing {'on' if chosen.checkpointing else 'off'}",
+        "attention": f"attention {asked.attention} -> {chosen.attention}",
+        "lean_attention": "lean attention on: exact, without the heads x s x s attention matrices"
+        if chosen.lean_attention
+        else "lean attention off",
+        "dtype": f"dtype {asked.dtype} -> {chosen.dtype}",
+        "zero_stage": f"DeepSpeed ZeRO-{chosen.zero_stage} over {chosen.world_size} processes",
+        "quantization_bit": f"{chosen.quantization_bit}-bit QLoRA (bitsandbytes): nothing fits with 16-bit weights",
+        "optim": f"optimizer {asked.optim} -> {chosen.optim}",
+        "lora_rank": f"LoRA rank {asked.lora_rank} -> {chosen.lora_rank}: nothing fits at rank {asked.lora_rank}",
+        "cutoff_len": f"cutoff_len {asked.cutoff_len} -> {chosen.cutoff_len}: nothing fits at {asked.cutoff_len} "
+        f"(floor {floor}; set min_cutoff_len to change it); longer examples are truncated",
+    }
+    auto_off = asked.lean_attention is None and not chosen.lean_attention  # auto where attention is fused
+    return [
+        text
+        for field, text in said.items()
+        if getattr(chosen, field) != getattr(asked, field) and not (field == "lean_attention" and auto_off)
+    ]

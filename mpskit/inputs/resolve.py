@@ -1,0 +1,263 @@
+"""YAML layers -> one resolved run: the exact LLaMA-Factory arguments plus what mpskit decided.
+
+Layers, later wins: stage preset < model preset < device rules < hardware profile's pinned args <
+the user's run file and key=value words. No torch import here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpskit.errors import MpskitError, warn
+from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
+from mpskit.inputs.knobs import PLANNER_KEYS
+from mpskit.inputs.launch import process_layout
+from mpskit.inputs.presets import demo_data_dir, load_yaml, merge, preset_names, resolve_preset_file
+from mpskit.inputs.removed_keys import translate_removed_keys
+from mpskit.inputs.validate import check_args, check_number, check_value
+
+# mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
+MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len", "keep_awake")
+DEVICES = ("auto", "mps", "cuda", "cpu")
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """One run as merged from its layers, paths made absolute; never changed afterwards (the
+    planner makes a new one with its choice, see advice.planned)."""
+
+    stage: str
+    run_name: str
+    hardware: Hardware
+    device: str
+    args: dict  # exactly what LLaMA-Factory reads
+    model_dims: dict = field(default_factory=dict)
+    layers: list[str] = field(default_factory=list)
+    pinned: set[str] = field(default_factory=set)  # PLANNER_KEYS the user or the hardware profile set
+    processes: tuple[int, int] = (1, 1)  # (per node, nodes): more than one launches through torchrun
+    limits: dict = field(default_factory=dict)  # memory_budget_gb, min_cutoff_len
+    keep_awake: bool = True  # on macOS, caffeinate for the life of the run
+
+    @property
+    def world_size(self) -> int:
+        return self.processes[0] * self.processes[1]
+
+    @property
+    def hide_mps(self) -> bool:
+        """A CPU run hides MPS (and CUDA) from torch so nothing lands there (seed 000)."""
+        return self.device == "cpu"
+
+
+def _preset(kind: str, name: str, seen: tuple[str, ...] = ()) -> tuple[dict, dict, list[str]]:
+    """(its args over those of the preset it `extends:`, its own data, the files in merge order)."""
+    path = resolve_preset_file(kind, name)
+    data = load_yaml(path)
+    args = data.get("args") or {}
+    if not isinstance(args, dict):
+        raise MpskitError(f"{path}: 'args' is not a mapping", "write args: as key: value lines")
+    base = data.get("extends")
+    if base is None:
+        return args, data, [str(path)]
+    if str(base) in (*seen, name):
+        raise MpskitError(f"{path}: 'extends: {base}' leads back to itself", "extend a preset that does not")
+    base_args, _, files = _preset(kind, str(base), (*seen, name))
+    return merge(base_args, args), data, [*files, str(path)]
+
+
+def device_args(hw: Hardware, device: str) -> dict:
+    """What the device needs: loader settings and a dtype by the version rules (DESIGN.md)."""
+    if device == "mps":
+        fast_bf16 = bf16_is_fast(hw)
+        return {"dataloader_num_workers": 0, "dataloader_pin_memory": False, "bf16": fast_bf16, "fp16": False}
+    if device == "cuda":
+        return {"bf16": hw.cuda_bf16, "fp16": not hw.cuda_bf16}
+    return {"use_cpu": True, "bf16": False, "fp16": False, "dataloader_pin_memory": False}
+
+
+def _choose_device(hw: Hardware, asked: str | None, use_cpu: bool) -> str:
+    asked = asked or "auto"
+    if asked not in DEVICES:
+        raise MpskitError(f"device '{asked}' is not one of {', '.join(DEVICES)}", "use device=auto, mps, cuda or cpu")
+    if use_cpu or asked == "cpu":
+        return "cpu"
+    if asked != "auto" and asked != hw.device:
+        raise MpskitError(
+            f"device '{asked}' asked for, but hardware '{hw.name}' is {hw.kind}",
+            "pick a matching --hardware profile or device=auto",
+        )
+    return hw.device
+
+
+def _check_dtype(args: dict, hw: Hardware, device: str) -> None:
+    if args.get("fp16") and args.get("bf16"):
+        raise MpskitError("both fp16 and bf16 are true", "set at most one of them")
+    if args.get("fp16") and (device == "cpu" or not fp16_supported(hw)):
+        where = "CPU" if device == "cpu" else f"{hw.kind} with torch {hw.torch}"
+        raise MpskitError(f"fp16 training is not supported on {where}", "set fp16: false (MPS fp16 needs torch >= 2.8)")
+    if args.get("bf16") and device != "cpu" and not bf16_supported(hw):
+        warn(f"bf16 does not run on {hw.name} (it needs macOS >= 14 and torch >= 2.6, or an Ampere+ GPU); using fp32")
+        args["bf16"] = False
+
+
+def _checked_dims(dims, source: str) -> dict:
+    """A model preset's `dims:`: a mapping of whole numbers (tied_embeddings: true or false)."""
+    if not isinstance(dims, dict):
+        raise MpskitError(f"{source}: dims {dims!r} is not a mapping", "write dims: with hidden, layers, heads, ...")
+    for key, value in dims.items():
+        if key != "tied_embeddings":
+            check_number(f"{source}: dims.{key}", value, "int", 1, fix="give the model's shapes as whole numbers")
+    return dims
+
+
+def cuda_only(args: dict, device: str) -> list[str]:
+    """The options in `args` that only run on CUDA, when the device is not CUDA."""
+    if device == "cuda":
+        return []
+    problems = []
+    if args.get("deepspeed"):
+        problems.append(f"deepspeed ({args['deepspeed']}) shards training over CUDA GPUs; this run is on {device}")
+    if args.get("quantization_bit") is not None:
+        problems.append(
+            f"quantization_bit={args['quantization_bit']!r} needs bitsandbytes on CUDA; this run is on {device}"
+        )
+    if args.get("enable_liger_kernel"):
+        problems.append(f"enable_liger_kernel: Liger's kernels are Triton, for CUDA; this run is on {device}")
+    return problems
+
+
+def _default_run_name(stage: str, model_preset: str | None, model_path: str) -> str:
+    model = model_preset or Path(str(model_path).rstrip("/")).name or "model"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{Path(stage).stem}-{model}").lstrip(".")
+
+
+def _own_data(user: dict, stage_args: dict) -> bool:
+    return "dataset" in user and user["dataset"] != stage_args.get("dataset")
+
+
+def _demo_data(args: dict, user: dict, stage_args: dict) -> None:
+    """A stage preset's `dataset_dir: data` is mpskit's demo data, wherever mpskit is installed. With a
+    dataset of their own and no dataset_dir, users keep LLaMA-Factory's default: data/ where they run."""
+    if "dataset_dir" not in user and not _own_data(user, stage_args) and args.get("dataset_dir") == "data":
+        args["dataset_dir"] = str(demo_data_dir())
+
+
+def _evaluation_for_own_data(args: dict, user: dict, stage_args: dict) -> None:
+    """A stage preset's eval_dataset belongs to the demo dataset it names. With a dataset of their
+    own, users are evaluated on what they give (eval_dataset, val_size), or not at all; it is said. A
+    user's val_size always wins over it (LLaMA-Factory takes one or the other)."""
+    if "eval_dataset" not in stage_args or "eval_dataset" in user:
+        return
+    if "val_size" in user:
+        del args["eval_dataset"]
+        return
+    if not _own_data(user, stage_args):
+        return
+    del args["eval_dataset"]
+    if "eval_strategy" not in user:
+        args["eval_strategy"] = "no"
+    warn(
+        f"evaluation off: dataset={user['dataset']} came with no eval_dataset or val_size (the preset's "
+        f"{stage_args['eval_dataset']} belongs to its demo data)"
+    )
+
+
+def _check_run_name(name: str) -> str:
+    """A run name is one folder inside output/: no separators, no `..`, not absolute."""
+    if not RUN_NAME.fullmatch(name):
+        raise MpskitError(
+            f"run_name {name!r} would leave output/ or is not a plain folder name",
+            "use letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
+    return name
+
+
+def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) -> ResolvedRun:
+    """Merge presets and the user's choices into one run. `user` is the run file plus overrides."""
+    user = translate_removed_keys(user)
+    own = {key: user.pop(key) for key in MPSKIT_KEYS if key in user and key != "run_name"}
+    for key in [key for key, value in user.items() if value == "auto"]:
+        if key not in PLANNER_KEYS:
+            raise MpskitError(f"'{key}: auto' is not a planner knob", f"auto works for {', '.join(PLANNER_KEYS)}")
+        del user[key]
+    stage = user.get("stage")
+    if not stage:
+        raise MpskitError("no stage given", f"add stage=... (one of {', '.join(preset_names('stages'))})")
+
+    if stage == "ppo":
+        raise MpskitError(
+            "stage ppo is not run by mpskit: it needs a trained reward model and generates at every step",
+            "train the reward model with stage=rm here, then run PPO with llamafactory-cli train",
+        )
+    stage_args, _, layers = _preset("stages", str(stage))
+    model_args, dims = {}, {}
+    if own.get("model_preset"):
+        model_args, model_data, model_files = _preset("models", str(own["model_preset"]))
+        dims = _checked_dims(model_data.get("dims") or {}, model_files[-1])
+        layers += model_files
+
+    hw = select_hardware(hardware or own.get("hardware"), probe_torch=probe_torch)
+    layers.append(hw.source)
+    device = _choose_device(hw, own.get("device"), bool(user.get("use_cpu")))
+    processes = process_layout(hw)
+    distributed = {"ddp_backend": "gloo"} if device == "cpu" and processes != (1, 1) else {}
+    args = merge(stage_args, model_args, device_args(hw, device), distributed, hw.args, user)
+    args["stage"] = stage_args.get("stage", stage)
+    _demo_data(args, user, stage_args)
+    _evaluation_for_own_data(args, user, stage_args)
+    check_args(args)
+    if device == "mps" and args.get("dataloader_num_workers"):
+        warn(f"dataloader_num_workers={args['dataloader_num_workers']} on MPS: worker processes fail there; using 0")
+        args["dataloader_num_workers"] = 0
+    if not args.get("model_name_or_path"):
+        raise MpskitError("no model given", "set model_name_or_path=PATH or model_preset=NAME (see configs/models/)")
+    _check_dtype(args, hw, device)
+    if device == "cpu":
+        args["use_cpu"] = True
+    given = user.get("run_name")
+    run_name = (
+        _check_run_name(str(given))
+        if given
+        else _default_run_name(str(stage), own.get("model_preset"), args["model_name_or_path"])
+    )
+    return ResolvedRun(
+        stage=str(stage),
+        run_name=run_name,
+        hardware=hw,
+        device=device,
+        args=absolute_paths(args),
+        model_dims=dims,
+        layers=layers,
+        pinned={key for key in PLANNER_KEYS if key in user or key in hw.args},
+        processes=processes,
+        limits=_limits(own),
+        keep_awake=_switch(own, "keep_awake", True),
+    )
+
+
+def _limits(own: dict) -> dict:
+    limits = {}
+    for key, kind in (("memory_budget_gb", float), ("min_cutoff_len", int)):
+        if key in own:
+            check_value(key, own[key])
+            limits[key] = kind(own[key])
+    return limits
+
+
+def _switch(own: dict, key: str, default: bool) -> bool:
+    value = own.get(key, default)
+    if not isinstance(value, bool):
+        raise MpskitError(f"{key}={value!r} is not true or false", f"write {key}=true or {key}=false")
+    return value
+
+
+def absolute_paths(args: dict) -> dict:
+    """Paths that exist relative to here become absolute, so the written YAML runs from anywhere."""
+    args = dict(args)
+    for key in ("dataset_dir", "model_name_or_path", "adapter_name_or_path", "deepspeed", "resume_from_checkpoint"):
+        value = args.get(key)
+        if isinstance(value, str) and Path(value).expanduser().exists():
+            args[key] = str(Path(value).expanduser().resolve())
+    return args

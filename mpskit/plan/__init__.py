@@ -1,0 +1,5 @@
+"""What a run needs and how long it takes: the memory model, the budget, the planner, the duration,
+what `mpskit plan` prints, and the measured steps behind them (probe, measure). No torch.
+
+May import: mpskit.errors, mpskit.stages, mpskit.rundir, mpskit.inputs, and this package.
+"""

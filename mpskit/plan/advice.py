@@ -1,0 +1,146 @@
+"""Planning a whole run: its model's dimensions, the search, and when nothing fits, what would:
+unpinning, a shorter cutoff_len, a larger machine, a smaller model preset, a larger hardware profile.
+The file look-ups (config.json, presets, profiles) live here, not in the search. No torch import.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+from mpskit.inputs.hardware import Hardware, load_hardware, profile_names
+from mpskit.inputs.knobs import as_words, to_args
+from mpskit.inputs.presets import load_yaml, preset_names, resolve_preset_file
+from mpskit.inputs.resolve import ResolvedRun, device_args
+from mpskit.plan.budget import SAFETY_MARGIN
+from mpskit.plan.duration import RunDuration, run_duration
+from mpskit.plan.memory import GB, ModelDims, dims_from_mapping, estimate
+from mpskit.plan.planner import Plan, plan
+from mpskit.stages import PLANNED, stage_of
+
+# The keys "what would fit" names, in this order.
+ADVICE_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "cutoff_len", "lora_rank",
+               "disable_gradient_checkpointing")  # fmt: skip
+
+
+def model_dims(run_dims: dict, model_path: str) -> ModelDims:
+    """Dims from a local model's own config.json (it is the model that trains, whatever preset named
+    another), else from the model preset (a hub id not downloaded yet)."""
+    try:
+        config = Path(str(model_path)).expanduser() / "config.json"
+        if config.is_file():
+            data = json.loads(config.read_text(encoding="utf-8"))
+            return dims_from_mapping(data.get("text_config", data))
+        if run_dims:
+            return dims_from_mapping(run_dims)
+    except (ValueError, json.JSONDecodeError) as err:
+        raise MpskitError(f"cannot read the model's dimensions: {err}", "add dims: to the model preset") from err
+    raise MpskitError(
+        f"the memory model needs the dimensions of {model_path}",
+        "use a model_preset (configs/models) or a local model directory with config.json",
+    )
+
+
+def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> list[str]:
+    """For a plan where nothing fits: unpinning, a shorter cutoff_len, a machine of what size."""
+    stage, device, dims, smallest = result.stage, result.device, result.dims, result.smallest
+    limit = result.budget.training_bytes * (1 - SAFETY_MARGIN)
+    notes = []
+    if pinned:
+        unpinned = plan(stage, args, hw, device, dims, budget_gb=result.budget.training_bytes / GB)
+        if unpinned.fits:
+            before = to_args(unpinned.asked.knobs, unpinned.effective_batch)
+            after = to_args(unpinned.chosen.knobs, unpinned.effective_batch)
+            moved = sorted(key for key in pinned if before.get(key) != after.get(key))
+            words = as_words(unpinned.chosen.knobs, unpinned.effective_batch, ADVICE_KEYS)
+            notes.append(f"unpin {', '.join(moved)}: {words}")
+    if "cutoff_len" in result.free:
+        for cutoff in (128, 64):
+            knobs = replace(smallest.knobs, cutoff_len=min(cutoff, smallest.knobs.cutoff_len))
+            if estimate(dims, knobs, stage, device).training <= limit:
+                words = as_words(knobs, 0, tuple(key for key in ADVICE_KEYS if key != "gradient_accumulation_steps"))
+                notes.append(f"min_cutoff_len={knobs.cutoff_len} {words}")
+                break
+    memory = "GPU memory" if device == "cuda" else "RAM"
+    needed = smallest.estimate.total / (1 - SAFETY_MARGIN) / GB + (hw.headroom_gb or 0)
+    notes.append(f"a machine with about {needed:.0f} GB {memory}")
+    return notes
+
+
+def plan_run(run: ResolvedRun) -> Plan:
+    """The plan for a resolved run (its presets' dims or its local model's config.json). When nothing
+    fits, it also names the largest model preset that fits here and the smallest hardware profile
+    that fits this run."""
+    if not stage_of(run.stage).planned:
+        raise MpskitError(
+            f"the memory plan covers {', '.join(PLANNED)}, not {run.stage}",
+            "set per_device_train_batch_size and cutoff_len yourself (plan stage=sft for a bound)",
+        )
+    dims = model_dims(run.model_dims, str(run.args["model_name_or_path"]))
+    result = _plan_on(run, run.hardware, run.device, dims)
+    if not result.fits:
+        args = _args_on(run, run.hardware, run.device)
+        result.would_fit += what_would_fit(result, args, run.hardware, run.pinned) + _fits_elsewhere(run, dims)
+    return result
+
+
+def plan_duration(run: ResolvedRun, result: Plan) -> RunDuration | None:
+    """How long the chosen setting trains the run, from the same figures the search ranked it by."""
+    if not result.fits:
+        return None
+    chosen = result.chosen
+    return run_duration(run.args, chosen.knobs, chosen.speed, run.stage, result.effective_batch, run.world_size,
+                        result.throughput)  # fmt: skip
+
+
+def _args_on(run: ResolvedRun, hw: Hardware, device: str) -> dict:
+    return run.args if device == run.device else {**run.args, **device_args(hw, device)}
+
+
+def _plan_on(run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims) -> Plan:
+    return plan(
+        run.stage,
+        _args_on(run, hw, device),
+        hw,
+        device,
+        dims,
+        pinned=run.pinned,
+        budget_gb=run.limits.get("memory_budget_gb"),
+        cutoff_floor=run.limits.get("min_cutoff_len"),
+        world_size=run.world_size,
+        processes_per_node=run.processes[0],
+    )
+
+
+def _fits_elsewhere(run: ResolvedRun, dims: ModelDims) -> list[str]:
+    notes = []
+    smaller = []
+    for name in preset_names("models"):
+        other = load_yaml(resolve_preset_file("models", name)).get("dims")
+        if other:
+            other_dims = dims_from_mapping(other)
+            if other_dims.params() < dims.params() and _plan_on(run, run.hardware, run.device, other_dims).fits:
+                smaller.append((other_dims.params(), name))
+    if smaller:
+        params, name = max(smaller)
+        notes.append(f"a smaller model on {run.hardware.name}: model_preset={name} ({params / 1e9:.2f}B parameters)")
+    machines = []
+    for name in profile_names():
+        hw = load_hardware(name)
+        if name != run.hardware.name and hw.device == run.device and _plan_on(run, hw, hw.device, dims).fits:
+            machines.append((hw.gpu_memory_gb if hw.device == "cuda" else hw.ram_gb, name))
+    if machines:
+        notes.append(f"this run on a larger machine: --hardware {min(machines)[1]}")
+    return notes
+
+
+def planned(run: ResolvedRun) -> tuple[ResolvedRun, Plan]:
+    """The plan for a run, and the run with the chosen setting of its free knobs in its arguments
+    (the run as it was when nothing fits)."""
+    result = plan_run(run)
+    if not result.fits:
+        return run, result
+    chosen = to_args(result.chosen.knobs, result.effective_batch)
+    return replace(run, args={**run.args, **{k: v for k, v in chosen.items() if k not in run.pinned}}), result

@@ -1,0 +1,155 @@
+"""How long a training step and a whole run take, before the run: a flop count per token, the
+hardware's throughput figures, and the number of optimizer steps. No torch import.
+
+The planner ranks settings by `tokens_per_second`, and `mpskit plan` turns the same figures into a
+duration, so "the fastest setting" and "how long" come from one model. The figures of a profile say
+where they come from; a profile not measured on its own machine says so, and `mpskit plan --probe`
+(probe.py) times real steps on this one instead.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from mpskit.inputs.dataset_checks import training_rows
+from mpskit.inputs.knobs import Knobs
+from mpskit.plan.memory import ModelDims, sequences_per_step
+from mpskit.stages import stage_of
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """A device's sustained training rate and the fixed cost of one micro-step."""
+
+    flops_per_s: float
+    step_overhead_s: float
+    source: str
+    measured: bool = False  # measured on the machine the profile describes
+
+
+# Used where a profile has no figures of its own (a detected machine, a profile written by hand).
+DEFAULT_THROUGHPUT = {
+    "cpu": Throughput(8e10, 0.03, "unmeasured: mpskit's default for a CPU"),
+    "mps": Throughput(1.6e12, 0.05, "unmeasured: mpskit's default for an Apple GPU"),
+    "cuda": Throughput(3e13, 0.02, "unmeasured: mpskit's default for an NVIDIA GPU"),
+}
+
+
+def throughput_for(figures: dict, profile_device: str, device: str) -> Throughput:
+    """The profile's figures when the run uses the profile's own device, else the device's default."""
+    if figures and device == profile_device:
+        return Throughput(
+            float(figures["flops_per_s"]),
+            float(figures["step_overhead_s"]),
+            str(figures.get("source", "the hardware profile")),
+            bool(figures.get("measured", False)),
+        )
+    return DEFAULT_THROUGHPUT.get(device, DEFAULT_THROUGHPUT["cpu"])
+
+
+def flops_per_token(dims: ModelDims, knobs: Knobs, stage: str, device: str, half_is_fast: bool = True) -> float:
+    """Forward 2N per token plus attention, backward about as much again (frozen weights need no weight
+    gradient; LoRA's are tiny), one more forward with checkpointing, DPO's reference forward; eager
+    attention does its matrix work twice over (scores kept, softmax materialised). Lean attention
+    counts as SDPA: it recomputes the scores in its backward but skips the causal half
+    (bench/lean_attention.py: as fast as the CPU's fused SDPA)."""
+    attention_work = 1.0 if knobs.lean_attention else {"eager": 2.0, "sdpa": 1.0, "fa2": 0.9}[knobs.attention]
+    layer_flops = 2 * dims.layer_params() + 4 * knobs.cutoff_len * dims.hidden * attention_work
+    layers = dims.layers * layer_flops
+    head = 2 * dims.vocab * dims.hidden
+    per_token = 2 * (layers + head) + (layers if knobs.checkpointing else 0)
+    if stage_of(stage).reference_model:
+        per_token += layers + head  # reference forward under no_grad
+    if knobs.dtype != "fp32" and device != "cpu":
+        # 16-bit halves the bytes moved where the hardware has it; M1/M2 emulate bf16 (assumed 20% slower)
+        per_token *= 0.5 if half_is_fast else 1.25
+    # assumed costs: dequantizing 4/8-bit weights in every matmul; ZeRO-3 gathering weights per layer
+    return per_token / ((0.75 if knobs.quantization_bit else 1.0) * (0.8 if knobs.zero_stage >= 3 else 1.0))
+
+
+def tokens_per_second(dims: ModelDims, knobs: Knobs, stage: str, device: str, speed: Throughput,
+                      half_is_fast: bool = True) -> float:  # fmt: skip
+    """Every sequence at cutoff_len: the planner's worst case, an upper bound for shorter examples."""
+    tokens = sequences_per_step(stage, knobs.batch) * knobs.cutoff_len
+    work_s = tokens * flops_per_token(dims, knobs, stage, device, half_is_fast) / speed.flops_per_s
+    return tokens / (speed.step_overhead_s + work_s)
+
+
+def optimizer_steps(args: dict, examples: int | None, world_size: int = 1) -> int | None:
+    """The steps the trainer will run: max_steps when set, else epochs x ceil(batches / accumulation),
+    as transformers' Trainer counts them. None when the dataset's size is unknown."""
+    if int(args.get("max_steps") or -1) > 0:
+        return int(args["max_steps"])
+    if not examples:
+        return None
+    batch = int(args.get("per_device_train_batch_size", 1))
+    accumulation = int(args.get("gradient_accumulation_steps", 1))
+    batches = math.ceil(examples / (batch * world_size))
+    per_epoch = max(math.ceil(batches / accumulation), 1)
+    return math.ceil(float(args.get("num_train_epochs", 3.0)) * per_epoch)
+
+
+def train_examples(args: dict, rows: int) -> int:
+    """What val_size leaves for training of `rows` examples, as `datasets`' train_test_split counts."""
+    val = float(args.get("val_size") or 0)
+    held_out = math.ceil(rows * val) if val < 1 else int(val)
+    return max(rows - held_out, 0)
+
+
+@dataclass(frozen=True)
+class RunDuration:
+    """A run's predicted length: one optimizer step, and how many the trainer will run."""
+
+    step_s: float
+    steps: int | None  # None: the dataset's size is unknown (not a local JSON file) and max_steps unset
+    examples: int | None
+    epochs: float | None  # None when max_steps sets the steps
+    throughput: Throughput
+
+    @property
+    def total_s(self) -> float | None:
+        return None if self.steps is None else self.step_s * self.steps
+
+    def as_dict(self) -> dict:
+        return {
+            "predicted_step_s": round(self.step_s, 4),
+            "predicted_s": None if self.total_s is None else round(self.total_s, 2),
+            "steps": self.steps,
+            "examples": self.examples,
+            "epochs": self.epochs,
+            "source": self.throughput.source,
+            "measured_figures": self.throughput.measured,
+        }
+
+
+def run_duration(args: dict, knobs: Knobs, tokens_per_s: float, stage: str, effective: int, world_size: int,
+                 throughput: Throughput) -> RunDuration:  # fmt: skip
+    """The chosen setting's optimizer step (accumulation x micro-steps at the planner's speed) and
+    the steps the trainer runs over the run's datasets."""
+    accumulation = max(effective // knobs.batch, 1)
+    step_s = accumulation * sequences_per_step(stage, knobs.batch) * knobs.cutoff_len / tokens_per_s
+    rows = training_rows(args)
+    examples = train_examples(args, rows) if rows else None
+    batches = {**args, "per_device_train_batch_size": knobs.batch, "gradient_accumulation_steps": accumulation}
+    epochs = None if int(args.get("max_steps") or -1) > 0 else float(args.get("num_train_epochs", 3.0))
+    return RunDuration(step_s, optimizer_steps(batches, examples, world_size), examples, epochs, throughput)
+
+
+def extrapolate(step_seconds: list[float], steps: int) -> float:
+    """A whole run from timed steps: the first (warm-up) as it was, the median of the rest for each
+    step after it."""
+    if steps <= len(step_seconds):
+        return sum(step_seconds[:steps])
+    return step_seconds[0] + (steps - 1) * statistics.median(step_seconds[1:] or step_seconds)
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.2f} s" if seconds < 1 else f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours < 48 else f"{seconds / 86400:.1f} days"

@@ -1,0 +1,296 @@
+"""Peak training memory, estimated before anything loads. Pure Python: no torch import.
+
+The estimate is a breakdown in bytes of what one optimizer step holds at its peak: frozen weights,
+LoRA weights with their gradients and AdamW states, the activations autograd saves per decoder
+layer, the float32 logits and log-softmax over the vocabulary (large for Qwen's 151,936 tokens), the
+reference forward of DPO/fooDPO, and a fixed overhead. It counts what a Qwen2 decoder layer saves for
+backward in transformers 5 with peft LoRA; the constants marked "calibrated" come from
+`bench/memory_accuracy.py` on this project's CPU reference machine and are published with their error.
+
+`training` is the memory the run adds on top of an imported framework; `framework` is that import
+footprint (torch, transformers, LLaMA-Factory), which counts against RAM but not against a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mpskit.inputs.knobs import Knobs
+from mpskit.stages import stage_of
+
+GB = 1024**3
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+CHECKPOINT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # config.json's names
+ATTENTION = ("sdpa", "eager")
+FINETUNING = ("lora", "full")
+
+# Calibrated on bench/memory_accuracy.py's 51 cases (CPU, float32, glibc malloc), minimising the
+# median plus the maximum relative error. Saved activations cost 1.51x their tensor bytes (many
+# MB-sized tensors held at once: allocator rounding and fragmentation, small tensors the count leaves
+# out); weights and the other per-parameter parts 1.11x; plus a fixed cost per run beyond the
+# tensors (tokenizer, dataset, trainer). The vocabulary-sized buffers came out at 1.02x, i.e. exact.
+ACTIVATION_FACTOR = 1.51
+WEIGHT_FACTOR = 1.11
+RUN_OVERHEAD_BYTES = int(0.06 * GB)
+# RSS of a process that has imported torch, transformers, peft, trl and LLaMA-Factory (0.89 GB in
+# every bench case, Linux, torch 2.14); it counts against RAM, not against a GPU.
+FRAMEWORK_BYTES = int(0.9 * GB)
+# Vocabulary-sized float32 buffers alive at the step's peak. SFT (transformers' loss): in the backward
+# through the log-softmax, its saved output, the incoming gradient and the outgoing one (3). DPO
+# (LLaMA-Factory's get_batch_logps takes the log-softmax of the view logits[:, :-1], which makes a
+# contiguous copy first): during the reference forward the policy's logits and saved log-softmax
+# (2) plus the reference's logits, copy and log-softmax (3).
+LOGIT_COPIES = {"sft": 3, "dpo": 5}
+# Transient buffers in one layer's backward: gradients of the MLP's ffn-wide tensors, and with eager
+# attention the float32 heads x s x s gradients of the probabilities and of the scores.
+MLP_GRADIENT_COPIES = 2
+ATTENTION_GRADIENT_COPIES = 2
+# Calibrated, the CPU only (glibc malloc): with checkpointing, the first backward's recomputed layers
+# leave their freed buffers in the heap layer after layer (RSS grows through that backward; later
+# steps reuse only part of it), except buffers of 32 MiB and more, which glibc maps and unmaps on
+# their own. About half of one layer's tensors below that size, times the layers, stays, under the
+# whole next step: its logits or lean chunks and its layer backward alike. Without checkpointing the
+# freed activations of one step and the forward's temporaries leave the same kind of holes, about a
+# fifth of a layer's worth per layer (glibc's counters sampled through a step: the gap between RSS
+# and the live tensors is free heap). MPS and CUDA have caching allocators of their own (not measured).
+HEAP_KEPT_FRACTION = {True: 0.52, False: 0.22}  # by gradient checkpointing
+MMAP_CEILING_BYTES = 32 * 1024**2
+# The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
+# matmul's output, and per scored position two hidden-sized rows: the gathered hidden state and its
+# gradient; in the backward, the hidden gradient scattered back to every position.
+LEAN_CHUNK_BYTES = 128 * 1024**2
+LEAN_CHUNK_COPIES = 2
+LEAN_HIDDEN_COPIES = 3
+# Lean attention (lean_attention.py) holds one block of float32 scores at a time. On the CPU small
+# blocks are fastest (bench/lean_attention.py); on a GPU larger ones mean fewer kernel launches.
+LEAN_ATTENTION_BLOCK_BYTES = {"cpu": 8 * 1024**2, "gpu": 64 * 1024**2}
+# In its backward a block's probabilities and the gradient of its scores, with their 16-bit copies.
+LEAN_ATTENTION_BLOCK_COPIES = 3
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The shapes that decide memory. `vocab` is the embedding size, not the tokenizer's length."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    tied_embeddings: bool = True
+    # The checkpoint's own dtype (config.json), where known: LLaMA-Factory loads the weights with
+    # torch_dtype="auto", so a float32 checkpoint keeps float32 weights under a bf16 plan (autocast).
+    checkpoint_dtype: str | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def layer_params(self) -> int:
+        """q/k/v with bias (Qwen2), o, gate/up/down, two RMSNorm weights."""
+        h, kv, f = self.hidden, self.kv_dim, self.ffn
+        return (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * f + 2 * h
+
+    def params(self) -> int:
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * self.layer_params() + embeddings + self.hidden
+
+    def lora_params(self, rank: int) -> int:
+        """LoRA on all seven linear layers (lora_target: all): rank x (in + out) each."""
+        h, kv, f = self.hidden, self.kv_dim, self.ffn
+        per_layer = (h + h) + 2 * (h + kv) + (h + h) + 2 * (h + f) + (f + h)
+        return self.layers * rank * per_layer
+
+
+def dims_from_mapping(data: dict) -> ModelDims:
+    """From a preset's `dims:` (hidden, layers, ...) or a Hugging Face config.json (hidden_size, ...)."""
+    hf = {
+        "hidden_size": "hidden",
+        "num_hidden_layers": "layers",
+        "num_attention_heads": "heads",
+        "num_key_value_heads": "kv_heads",
+        "intermediate_size": "ffn",
+        "vocab_size": "vocab",
+        "tie_word_embeddings": "tied_embeddings",
+    }
+    values = {hf.get(key, key): value for key, value in data.items()}
+    values.setdefault("kv_heads", values.get("heads"))
+    names = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
+    missing = [name for name in names if not isinstance(values.get(name), int)]
+    if missing:
+        raise ValueError(f"model dims lack {', '.join(missing)}")
+    checkpoint_dtype = CHECKPOINT_DTYPES.get(str(data.get("dtype") or data.get("torch_dtype")))
+    return ModelDims(*(values[name] for name in names), tied_embeddings=bool(values.get("tied_embeddings", True)),
+                     checkpoint_dtype=checkpoint_dtype)  # fmt: skip
+
+
+def attention_block_bytes(device: str) -> int:
+    """The byte budget of one block of lean attention's float32 scores on this device."""
+    return LEAN_ATTENTION_BLOCK_BYTES["cpu" if device == "cpu" else "gpu"]
+
+
+def lean_logits_apply(knobs: Knobs, stage: str) -> bool:
+    """The lean path runs for the lean stages (stages.py) with a frozen output layer (LoRA)."""
+    return knobs.lean_logits and stage_of(stage).lean and knobs.finetuning == "lora"
+
+
+@dataclass
+class Estimate:
+    parts: dict[str, int] = field(default_factory=dict)  # name -> bytes, in the order they build up
+    framework: int = 0
+
+    @property
+    def training(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def total(self) -> int:
+        return self.training + self.framework
+
+    def as_dict(self) -> dict:
+        return {
+            "parts_gb": {name: round(value / GB, 3) for name, value in self.parts.items()},
+            "training_gb": round(self.training / GB, 3),
+            "framework_gb": round(self.framework / GB, 3),
+        }
+
+
+def sequences_per_step(stage: str, batch: int) -> int:
+    """Preference stages run chosen and rejected answers of each pair as one concatenated batch."""
+    return 2 * batch if stage_of(stage).pairs else batch
+
+
+def attention_fused(attention: str, device: str) -> bool:
+    """Whether the b x heads x s x s probabilities are never saved (DESIGN.md: MPS SDPA is math)."""
+    return attention == "fa2" or (attention == "sdpa" and device in ("cpu", "cuda"))
+
+
+def lean_attention_runs(knobs: Knobs, device: str) -> bool:
+    """Lean attention as asked; `auto` (None): wherever the attention would otherwise be materialised."""
+    return not attention_fused(knobs.attention, device) if knobs.lean_attention is None else knobs.lean_attention
+
+
+def weight_bytes(dims: ModelDims, knobs: Knobs) -> float:
+    """Base weights: bitsandbytes quantizes the decoder's linear layers (4-bit NF4 with its double-
+    quantized block constants is about 0.53 bytes per weight); embeddings and norms keep the dtype.
+    A checkpoint wider than the plan's dtype stays that wide (measured on CUDA: a float32 checkpoint
+    under bf16 holds float32 weights). A narrower one is still counted at the plan's width: whether
+    it stays narrow under a float32 plan on MPS is not measured here."""
+    width = max(DTYPE_BYTES[knobs.dtype], DTYPE_BYTES.get(dims.checkpoint_dtype, 0))
+    if knobs.quantization_bit is None:
+        return dims.params() * width
+    linear = dims.layers * (dims.layer_params() - 2 * dims.hidden)
+    per_weight = 0.53 if knobs.quantization_bit == 4 else 1.03
+    return linear * per_weight + (dims.params() - linear) * width
+
+
+def optimizer_bytes_per_parameter(optim: str) -> int:
+    """AdamW's two moments: float32 (8 bytes) or bitsandbytes' 8-bit states (2 bytes)."""
+    return 2 if "8bit" in optim else 8
+
+
+def trainable_params(dims: ModelDims, knobs: Knobs) -> int:
+    return dims.lora_params(knobs.lora_rank) if knobs.finetuning == "lora" else dims.params()
+
+
+def checkpoint_bytes(dims: ModelDims, knobs: Knobs) -> int:
+    """One checkpoint on disk: the trainable weights (float32) and the optimizer's states."""
+    return trainable_params(dims, knobs) * (4 + optimizer_bytes_per_parameter(knobs.optim))
+
+
+def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, lean: bool = False) -> tuple[int, int]:
+    """(16/32-bit elements, float32 elements) one decoder layer saves for backward, per token.
+
+    Counted for transformers 5's Qwen2 layer with peft LoRA and frozen base weights:
+    two RMSNorms save their input and output (4h), SDPA saves q, k, v (k and v repeated to all heads
+    when a padding mask is present) and its output (4h), the SwiGLU MLP saves gate, SiLU(gate), up
+    and their product (4 ffn), each LoRA adapter its rank-r projection (7r). Eager attention adds
+    the softmax probabilities in float32 (heads x s per token), plus a copy in the compute dtype.
+    Lean attention saves q, its output, k and v unrepeated, and a float32 log-sum-exp per head.
+    """
+    attention = 2 * dims.hidden + 2 * dims.kv_dim if lean else 4 * dims.hidden
+    elements = 4 * dims.hidden + attention + 4 * dims.ffn + 7 * knobs.lora_rank
+    fp32_elements = dims.heads if lean else 0
+    if not fused and not lean:
+        probabilities = dims.heads * knobs.cutoff_len
+        fp32_elements += probabilities
+        if knobs.dtype != "fp32":
+            elements += probabilities
+    return elements, fp32_elements
+
+
+def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
+    """What glibc keeps of the freed layer buffers of earlier steps, on the CPU (see HEAP_KEPT_FRACTION)."""
+    width = DTYPE_BYTES[knobs.dtype]
+    buffers = [tokens * dims.hidden * width] * 8 + [tokens * dims.ffn * width] * 4
+    small = sum(size for size in buffers if size < MMAP_CEILING_BYTES)
+    return int(HEAP_KEPT_FRACTION[knobs.checkpointing] * dims.layers * small)
+
+
+def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "cpu") -> Estimate:
+    """What is alive at the peak of one training step, part by part.
+
+    The peak is at one of two moments: where the vocabulary-sized float32 buffers live (SFT's
+    backward through the log-softmax; DPO's reference forward while the policy's logits are held;
+    the lean path's chunks), or in the backward of one decoder layer (recomputed activations with
+    checkpointing, and the gradients of the attention probabilities with eager attention). The
+    larger one is reported; on the CPU both sit above the heap earlier steps left.
+    """
+    width = DTYPE_BYTES[knobs.dtype]
+    sequences = sequences_per_step(stage, knobs.batch)
+    tokens = sequences * knobs.cutoff_len
+    # ZeRO-2 splits gradients and optimizer states over the processes, ZeRO-3 the weights as well.
+    shard_states = knobs.world_size if knobs.zero_stage >= 2 else 1
+    shard_weights = knobs.world_size if knobs.zero_stage >= 3 else 1
+    parts: dict[str, int] = {"weights": int(WEIGHT_FACTOR * weight_bytes(dims, knobs) / shard_weights)}
+
+    trainable = trainable_params(dims, knobs)
+    # Trainable parameters are kept in float32 (LLaMA-Factory upcasts them).
+    per_parameter = WEIGHT_FACTOR * trainable
+    if knobs.finetuning == "lora":
+        parts["lora weights"] = int(per_parameter * 4 / shard_weights)
+    parts["gradients"] = int(per_parameter * 4 / shard_states)
+    parts["optimizer (AdamW)"] = int(per_parameter * optimizer_bytes_per_parameter(knobs.optim) / shard_states)
+
+    fused = attention_fused(knobs.attention, device)
+    lean_attention = lean_attention_runs(knobs, device)
+    elements, fp32_elements = layer_activation_elements(dims, knobs, fused, lean_attention)
+    layer_bytes = int(ACTIVATION_FACTOR * tokens * (elements * width + fp32_elements * 4))
+    if knobs.checkpointing:  # each layer keeps only its input
+        parts["activations"] = int(ACTIVATION_FACTOR * dims.layers * tokens * dims.hidden * width)
+    else:
+        parts["activations"] = dims.layers * layer_bytes
+
+    logit_buffer = tokens * dims.vocab * 4
+    if lean_logits_apply(knobs, stage):
+        chunk = min(LEAN_CHUNK_BYTES, logit_buffer)
+        logit_parts = {"lean logits": LEAN_CHUNK_COPIES * chunk + LEAN_HIDDEN_COPIES * tokens * dims.hidden * width}
+    elif stage_of(stage).reference_model:
+        logit_parts = {
+            "logits (float32)": 2 * logit_buffer,
+            "reference forward": (LOGIT_COPIES["dpo"] - 2) * logit_buffer,
+        }
+    else:
+        logit_parts = {"logits (float32)": LOGIT_COPIES["sft"] * logit_buffer}
+    workspace = tokens * dims.ffn * width * MLP_GRADIENT_COPIES
+    scores = sequences * dims.heads * knobs.cutoff_len**2 * 4  # one layer's float32 attention scores
+    if lean_attention:
+        workspace += LEAN_ATTENTION_BLOCK_COPIES * min(attention_block_bytes(device), scores)
+    elif not fused:
+        workspace += scores * ATTENTION_GRADIENT_COPIES
+    if knobs.checkpointing:
+        workspace += layer_bytes
+    if sum(logit_parts.values()) >= workspace:
+        parts.update(logit_parts)
+    else:
+        parts["layer backward"] = workspace
+    kept = heap_kept(dims, knobs, tokens) if device == "cpu" else 0
+    if kept:
+        parts["heap kept (CPU)"] = kept
+    parts["overhead"] = int(RUN_OVERHEAD_BYTES)
+    return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES))

@@ -1,0 +1,164 @@
+"""The search: the fastest setting of the free knobs that fits in a memory budget.
+
+Free knobs are those neither the user nor the hardware profile set (or set to `auto`). cutoff_len
+and LoRA rank change what is trained, not only how fast, so the planner keeps them as asked when
+anything fits there and lowers them (cutoff_len only down to `min_cutoff_len`) only when nothing
+does; among settings with the same cutoff_len and rank it takes the highest predicted throughput.
+The budget is budget.py's; what would fit when nothing does, and planning a whole run, advice.py's.
+No torch import.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+
+from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported
+from mpskit.inputs.knobs import (
+    DEFAULT_CUTOFF_FLOOR,
+    DEFAULT_OPTIM,
+    EIGHT_BIT_OPTIM,
+    Knobs,
+    changes,
+    effective_batch,
+    free_knobs,
+    from_args,
+    lower_cutoffs,
+    lower_ranks,
+)
+from mpskit.plan.budget import SAFETY_MARGIN, Budget, budget_for
+from mpskit.plan.duration import Throughput, throughput_for, tokens_per_second
+from mpskit.plan.memory import GB, Estimate, ModelDims, estimate, lean_attention_runs
+
+
+@dataclass
+class Option:
+    knobs: Knobs
+    estimate: Estimate
+    speed: float  # predicted tokens per second
+
+
+@dataclass
+class Plan:
+    stage: str
+    device: str
+    dims: ModelDims
+    budget: Budget
+    asked: Option
+    chosen: Option | None
+    alternatives: list[Option] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    would_fit: list[str] = field(default_factory=list)  # when nothing fits: by how much, and what would
+    effective_batch: int = 1
+    free: set[str] = field(default_factory=set)  # the knobs the search could move
+    smallest: Option | None = None  # when nothing fits: the setting that needs the least
+    throughput: Throughput | None = None  # the figures behind every option's speed
+
+    @property
+    def fits(self) -> bool:
+        return self.chosen is not None
+
+
+def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effective: int, floor: int) -> list[Knobs]:
+    """Every setting of the free knobs, quality knobs (cutoff, rank) first in the order tried."""
+    batches = [b for b in range(1, effective + 1) if effective % b == 0] if "batch" in free else [asked.batch]
+    checkpointing = [False, True] if "checkpointing" in free else [asked.checkpointing]
+    ranks = lower_ranks(asked.lora_rank) if "lora_rank" in free else [asked.lora_rank]
+    cutoffs = [asked.cutoff_len]
+    if "cutoff_len" in free:
+        cutoffs = lower_cutoffs(asked.cutoff_len, min(floor, asked.cutoff_len))
+    attentions = ["sdpa", "eager"] if "attention" in free else [asked.attention]
+    dtypes = [asked.dtype]
+    if "dtype" in free and device == "mps" and asked.dtype == "fp32" and bf16_supported(hw):
+        dtypes.append("bf16")  # M1/M2 emulate bf16: slower, but half the memory
+    cuda = [(asked.quantization_bit, asked.optim, asked.zero_stage)]
+    if device == "cuda":
+        if "attention" in free and hw.flash_attn:
+            attentions.append("fa2")
+        bits = [None, 4] if "quantization" in free and asked.finetuning == "lora" else [asked.quantization_bit]
+        optims = [DEFAULT_OPTIM, EIGHT_BIT_OPTIM] if "optim" in free else [asked.optim]
+        zero = [2, 3] if "zero" in free and asked.world_size > 1 else [asked.zero_stage]
+        cuda = list(itertools.product(bits, optims, zero))
+    settings = [
+        replace(asked, batch=b, checkpointing=c, lora_rank=r, cutoff_len=s, attention=a, dtype=d,
+                quantization_bit=q, optim=o, zero_stage=z)
+        for s, r, b, c, a, d, (q, o, z) in itertools.product(
+            cutoffs, ranks, batches, checkpointing, attentions, dtypes, cuda
+        )
+    ]  # fmt: skip
+    if "lean_attention" in free:  # auto: lean wherever the attention would be materialised
+        settings = [replace(k, lean_attention=lean_attention_runs(k, device)) for k in settings]
+    # lean attention replaces sdpa and eager alike: one of the two is enough
+    return [k for k in settings if not (k.lean_attention and k.attention == "eager" and "sdpa" in attentions)]
+
+
+def preference(option: Option) -> tuple:
+    """What the planner maximises: what is trained first (cutoff_len, rank, unquantized weights), then
+    speed, then the plainer optimizer when speeds tie."""
+    knobs = option.knobs
+    return (
+        knobs.cutoff_len,
+        knobs.lora_rank,
+        knobs.quantization_bit is None,
+        option.speed,
+        knobs.optim == DEFAULT_OPTIM,
+    )
+
+
+def plan(
+    stage: str,
+    args: dict,
+    hw: Hardware,
+    device: str,
+    dims: ModelDims,
+    pinned: set[str] = frozenset(),
+    budget_gb: float | None = None,
+    cutoff_floor: int | None = None,
+    world_size: int = 1,
+    processes_per_node: int = 1,
+) -> Plan:
+    """The fastest setting of the free knobs that fits, from the estimate alone: no file or package
+    look-ups. When nothing fits, `would_fit` says by how much; advice.py says what would."""
+    asked = from_args(args, world_size)
+    effective = effective_batch(args)
+    half_is_fast = device != "mps" or bf16_is_fast(hw)
+    speed = throughput_for(hw.throughput, hw.device, device)
+
+    def option(knobs: Knobs) -> Option:
+        return Option(knobs, estimate(dims, knobs, stage, device),
+                      tokens_per_second(dims, knobs, stage, device, speed, half_is_fast))  # fmt: skip
+
+    asked_option = option(asked)
+    budget = budget_for(hw, device, asked_option.estimate.framework, budget_gb, processes_per_node)
+    limit = budget.training_bytes * (1 - SAFETY_MARGIN)
+    if asked.finetuning != "lora":
+        pinned = set(pinned) | {"lora_rank"}
+    free = free_knobs(set(pinned))
+    floor = cutoff_floor or DEFAULT_CUTOFF_FLOOR
+    options = [option(k) for k in candidates(asked, free, hw, device, effective, floor)]
+    fitting = [o for o in options if o.estimate.training <= limit]
+    fitting.sort(key=preference, reverse=True)
+    chosen = fitting[0] if fitting else None
+    result = Plan(stage, device, dims, budget, asked_option, chosen, effective_batch=effective, throughput=speed)
+    result.free = free
+    if fitting:
+        result.alternatives = _alternatives(fitting)
+        result.changes = changes(asked, fitting[0].knobs, effective, floor)
+    else:
+        result.smallest = min(options, key=lambda o: o.estimate.training)
+        over = (result.smallest.estimate.training - limit) / GB
+        needs = result.smallest.estimate.training / GB
+        result.would_fit = [f"the smallest setting needs {needs:.2f} GB, {over:.2f} GB over the budget"]
+    return result
+
+
+def _alternatives(fitting: list[Option], count: int = 3) -> list[Option]:
+    """The next best settings that differ in a speed knob from the chosen one."""
+    best = fitting[0]
+    same_quality = [
+        o
+        for o in fitting[1:]
+        if (o.knobs.cutoff_len, o.knobs.lora_rank) == (best.knobs.cutoff_len, best.knobs.lora_rank)
+    ]
+    same_quality.sort(key=lambda o: o.speed, reverse=True)
+    return same_quality[:count]

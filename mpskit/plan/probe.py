@@ -1,0 +1,95 @@
+"""`mpskit plan --probe`: a few real steps of the planned setting, timed on this machine.
+
+A fresh `mpskit train` process, in a temporary folder of its own, trains the chosen setting (pinned,
+so nothing is re-planned) on the first examples of the run's own dataset for one warm-up step and
+PROBE_STEPS timed ones, with no evaluation or checkpoint; the run's memory monitor times each
+optimizer step. A whole run is then the warm-up step plus the median timed step for each step after
+it (duration.extrapolate), and the time to start is what the process took beyond its steps.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from mpskit.errors import MpskitError
+from mpskit.inputs.hardware import Hardware, detect
+from mpskit.inputs.knobs import to_args
+from mpskit.plan.measure import TIMED_ONLY, train_in_fresh_process
+from mpskit.plan.planner import Plan
+from mpskit.rundir import RunDir
+
+PROBE_STEPS = 3
+
+
+@dataclass(frozen=True)
+class Probe:
+    step_seconds: list[float]  # every optimizer step, the warm-up step first
+    startup_s: float  # process start to first step, and the end of the run
+
+    @property
+    def step_s(self) -> float:
+        return statistics.median(self.step_seconds[1:] or self.step_seconds)
+
+    def as_dict(self) -> dict:
+        return {
+            "step_seconds": self.step_seconds,
+            "step_s": round(self.step_s, 4),
+            "startup_s": round(self.startup_s, 1),
+        }
+
+
+def check_probe_machine(hw: Hardware) -> None:
+    """A probe times this machine: a profile of another kind of machine cannot be probed here."""
+    if hw.source == "this machine":
+        return
+    here = detect()
+    if here.kind != hw.kind:
+        raise MpskitError(
+            f"--probe times this machine ({here.kind}), and profile {hw.name} describes a {hw.kind} machine",
+            f"drop --probe for {hw.name}'s own figures, or run the probe on that machine",
+        )
+
+
+def _exit_on_sigterm(signum, frame) -> NoReturn:
+    """SIGTERM as an exit that unwinds: the training child is killed and the temporary folder removed."""
+    raise SystemExit(128 + signum)
+
+
+def probe(words: list[str], plan: Plan, world_size: int = 1) -> Probe:
+    """Train the plan's chosen setting for 1 + PROBE_STEPS steps in a fresh process and time it."""
+    setting = to_args(plan.chosen.knobs, plan.effective_batch)
+    setting.pop("lean_logits")  # stays what the words say (auto when unset), as in the run itself
+    pinned = [f"{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in setting.items()]
+    steps = 1 + PROBE_STEPS
+    overrides = [
+        *pinned,
+        f"max_steps={steps}",
+        f"max_samples={plan.effective_batch * world_size * steps}",  # only what the steps read is prepared
+        "val_size=0",
+        "do_predict=false",
+        "load_best_model_at_end=false",
+        "resume_from_checkpoint=",
+        *TIMED_ONLY,
+    ]
+    work = Path(tempfile.mkdtemp(prefix="mpskit-probe-"))
+    out = work / "run"
+    print(f"mpskit: probe: training {steps} steps of the chosen setting in a fresh process", file=sys.stderr)
+    before = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the finally below runs on SIGTERM too
+    try:
+        started = time.perf_counter()
+        fix = "run `mpskit train` with the same words to see the whole message"
+        train_in_fresh_process([*words, *overrides, f"output_dir={out}"], "the probe", fix)
+        wall_s = time.perf_counter() - started
+        step_seconds = RunDir.open(out).record.memory["measured"]["step_seconds"]
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        shutil.rmtree(work, ignore_errors=True)  # the probe's own temporary folder, nothing of the user's
+    return Probe(step_seconds, max(wall_s - sum(step_seconds), 0.0))

@@ -1,0 +1,202 @@
+"""The checks before a run that read files, the disk or the hub, and the planned run they lead to.
+
+`mpskit config` and `mpskit train` both start here, so they check and plan the same way. No torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import platform
+import shutil
+from pathlib import Path
+
+from mpskit.engine import lf
+from mpskit.engine.foodpo import split_foodpo_args
+from mpskit.errors import MpskitError, warn
+from mpskit.inputs.dataset_checks import check_conversion, check_datasets
+from mpskit.inputs.hardware import nvidia_gpus
+from mpskit.inputs.knobs import from_args
+from mpskit.inputs.presets import preset_model_dir
+from mpskit.inputs.resolve import ResolvedRun, cuda_only
+from mpskit.plan import advice
+from mpskit.plan.memory import GB, checkpoint_bytes, trainable_params
+from mpskit.plan.planner import Plan
+from mpskit.rundir import incomplete_reason
+
+
+def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, Plan | None]:
+    """All checks that need no torch (model, datasets, fooDPO settings), then the planned run: the
+    planner's choice of the free knobs in its arguments. No plan when the model's dims are unknown;
+    refused when nothing fits. Without `need_weights` (writing a config), a hub model that is not
+    downloaded is a warning."""
+    check_model(str(run.args["model_name_or_path"]), need_weights)
+    check_datasets(run.args)
+    check_resume_from(run.args.get("resume_from_checkpoint"), run.args)
+    if run.stage == "foodpo":
+        split_foodpo_args(run.args)  # fail on bad fooDPO settings before anything loads
+    try:
+        planned, memory_plan = advice.planned(run)
+    except MpskitError as err:
+        warn(f"no memory plan: {err.problem}")
+        return run, None
+    if not memory_plan.fits:
+        need = memory_plan.asked.estimate.training / GB
+        raise MpskitError(
+            f"no setting fits: the run needs about {need:.1f} GB, the budget is "
+            f"{memory_plan.budget.training_bytes / GB:.1f} GB ({memory_plan.budget.why})",
+            "what would fit: " + "; ".join(memory_plan.would_fit[1:]) + " (see `mpskit plan`)",
+        )
+    return planned, memory_plan
+
+
+def check_with_engine(args: dict) -> None:
+    """The checks that ask LLaMA-Factory itself (they import it, and torch): its keys, its templates,
+    and the dataset rows through its own converter."""
+    lf.check_keys(args)
+    lf.check_template(args)
+    check_conversion(args)
+
+
+def check_model(model: str, need_weights: bool = True) -> None:
+    """A local directory with config.json, or a hub id already in the local cache (or reachable)."""
+    path = Path(os.path.expanduser(model))
+    fix = (
+        "set MODEL_PATH (model_name_or_path) to a local model directory, or run `make demo` for the offline tiny model"
+    )
+    if not path.exists() and path == preset_model_dir():
+        if need_weights:
+            raise MpskitError(f"the demo model {model} is not built yet", "build it there: mpskit tiny-model")
+        warn(f"the demo model {model} is not built yet: build it before `mpskit train` (mpskit tiny-model)")
+        return
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise MpskitError(f"model directory {model} has no config.json", fix)
+        try:
+            json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise MpskitError(f"{path / 'config.json'} is not valid JSON", "restore the model's config.json") from err
+        if need_weights:
+            _check_model_files(path)
+        return
+    looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
+    if not looks_like_hub_id:
+        raise MpskitError(f"model {model} not found", fix)
+    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
+    if (cache.expanduser() / f"models--{model.replace('/', '--')}").is_dir():
+        return
+    if not need_weights:
+        warn(f"{model} is not downloaded: download it before `mpskit train` (huggingface-cli download {model})")
+    elif os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or not _hub_reachable(model):
+        raise MpskitError(f"model {model} is not a local directory and the hub cannot be reached", fix)
+
+
+MODEL_WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.pt", "*.gguf")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def _check_model_files(path: Path) -> None:
+    """A local model folder has weights and a tokenizer besides config.json: without them loading
+    fails minutes later, after the run folder is written."""
+    if not any(any(path.glob(pattern)) for pattern in MODEL_WEIGHTS):
+        raise MpskitError(
+            f"model directory {path} has no weights (*.safetensors, *.bin)", "copy the whole model folder"
+        )
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise MpskitError(
+            f"model directory {path} has no tokenizer ({', '.join(TOKENIZER_FILES[:2])})",
+            "copy the whole model folder",
+        )
+
+
+def _hub_reachable(model: str) -> bool:
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        with urllib.request.urlopen(f"{endpoint}/api/models/{model}", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def check_resume_from(checkpoint: str | None, args: dict) -> None:
+    """A `resume_from_checkpoint` the user gives is a complete checkpoint folder whose adapter has the
+    run's LoRA rank (its weights are loaded into the run's adapter)."""
+    if not checkpoint:
+        return
+    path = Path(str(checkpoint)).expanduser()
+    why = incomplete_reason(path) if path.is_dir() else "not a folder"
+    if why:
+        raise MpskitError(
+            f"resume_from_checkpoint {path}: {why}", "give a complete checkpoint-N folder, or leave it out"
+        )
+    try:
+        saved_rank = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get("r")
+    except (OSError, ValueError, AttributeError):
+        return  # not a LoRA checkpoint
+    rank = args.get("lora_rank", 8)
+    if args.get("finetuning_type", "lora") == "lora" and saved_rank is not None and saved_rank != rank:
+        raise MpskitError(
+            f"resume_from_checkpoint {path} holds a LoRA adapter of rank {saved_rank}; this run's lora_rank is {rank}",
+            f"set lora_rank={saved_rank}, or leave resume_from_checkpoint out",
+        )
+
+
+def check_device(run: ResolvedRun) -> None:
+    """The profile's device is on this machine (an MPS run needs a Mac with Apple silicon, a CUDA run an
+    NVIDIA GPU) and the run has no CUDA-only option off CUDA. `mpskit plan` and `config` may name any
+    profile and write such options, with a warning; `train` runs here."""
+    if run.device == "mps" and (platform.system() != "Darwin" or platform.machine() != "arm64"):
+        where = f"{platform.system()} {platform.machine()}"
+        raise MpskitError(
+            f"hardware '{run.hardware.name}' trains on MPS, which this machine ({where}) does not have",
+            "train with --hardware cpu (or no --hardware: mpskit detects this machine)",
+        )
+    problems = cuda_only(run.args, run.device)
+    if problems:
+        raise MpskitError(problems[0], "leave it out here, or train on a CUDA machine (`mpskit plan` shows what fits)")
+    if run.device == "cuda" and not nvidia_gpus():
+        raise MpskitError(
+            f"hardware '{run.hardware.name}' trains on CUDA, but nvidia-smi finds no NVIDIA GPU here",
+            "train with --hardware cpu (or no --hardware: mpskit detects this machine)",
+        )
+    for key, package in _cuda_packages(run.args):
+        if importlib.util.find_spec(package) is None:
+            raise MpskitError(
+                f"{key} needs the {package} package, which is not installed",
+                "pip install 'mpskit[cuda]' (bitsandbytes, deepspeed, liger-kernel), or leave the key out",
+            )
+
+
+def _cuda_packages(args: dict) -> list[tuple[str, str]]:
+    """(option, the package it imports) for each CUDA-only option in `args`; the `cuda` extra has them."""
+    wanted = [
+        ("quantization_bit", "bitsandbytes", args.get("quantization_bit") is not None),
+        ("optim", "bitsandbytes", "8bit" in str(args.get("optim", ""))),
+        ("deepspeed", "deepspeed", bool(args.get("deepspeed"))),
+        ("enable_liger_kernel", "liger_kernel", bool(args.get("enable_liger_kernel"))),
+    ]
+    return [(key, package) for key, package, used in wanted if used]
+
+
+def check_disk(run: ResolvedRun, root: str | Path = "output") -> None:
+    """The run directory can be created, and its disk holds two checkpoints and the final weights."""
+    target = Path(str(run.args.get("output_dir") or root)).expanduser().resolve()
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise MpskitError(f"cannot create the run directory under {existing}", "set output_dir to a writable folder")
+    try:
+        dims = advice.model_dims(run.model_dims, str(run.args["model_name_or_path"]))
+    except MpskitError:
+        return  # unknown dims: `prepare` has said so
+    knobs = from_args(run.args)
+    # two checkpoints, the final weights, logs
+    need = 2 * checkpoint_bytes(dims, knobs) + trainable_params(dims, knobs) * 4 + 100 * 1024**2
+    free = shutil.disk_usage(existing).free
+    if free < need:
+        raise MpskitError(
+            f"{existing} has {free / GB:.1f} GB free; checkpoints need about {need / GB:.1f} GB",
+            "free disk space, or set output_dir to a larger disk (and save_total_limit to keep fewer checkpoints)",
+        )

@@ -1,0 +1,160 @@
+"""The training recipe: check inputs, export the environment, write the run directory, run LLaMA-Factory.
+
+Order matters: the MPS variables and device hiding must be in place before torch is imported, and
+every check runs before the run directory is created, so a bad input leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from mpskit.engine import lf
+from mpskit.engine.environment import enter_run_environment, hide_accelerators
+from mpskit.errors import MpskitError
+from mpskit.inputs import knobs
+from mpskit.inputs.hardware import installed_version
+from mpskit.inputs.launch import inside_launch, launch
+from mpskit.inputs.mps_env import env_for
+from mpskit.inputs.resolve import ResolvedRun
+from mpskit.plan import planner
+from mpskit.plan.advice import plan_duration
+from mpskit.plan.memory import GB
+from mpskit.recipes.checks import check_device, check_disk, check_with_engine, prepare
+from mpskit.run.attempts import Ladder, run_attempts
+from mpskit.run.awake import kept_awake
+from mpskit.rundir import RunDir, RunRecord, latest_run_dir, new_run_dir
+
+
+def export_environment(run: ResolvedRun) -> dict[str, str]:
+    env = {name: value for name, value, _ in env_for(run.hardware)}
+    os.environ.update(env)
+    return env
+
+
+def write_run_dir(
+    run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan=None, ladder: Ladder | None = None
+) -> RunDir:
+    path = new_run_dir(run.run_name, run.args.get("output_dir"))
+    args = {key: value for key, value in run.args.items() if key not in lf.LEAN_KEYS}
+    args["output_dir"] = written_output_dir(path)
+    record = RunRecord(
+        run_name=run.run_name,
+        stage=run.stage,
+        device=run.device,
+        hardware=run.hardware.as_dict(),
+        layers=run.layers,
+        environment=env,
+        mps_hidden=run.hide_mps,
+        llamafactory_args=args,
+        mpskit_args={key: run.args[key] for key in lf.LEAN_KEYS if key in run.args},
+        model_dims=run.model_dims,
+        memory=memory_record(memory_plan),
+        duration=duration.as_dict() if memory_plan and (duration := plan_duration(run, memory_plan)) else {},
+        ladder={"free": sorted(ladder.free), "cutoff_floor": ladder.cutoff_floor} if ladder else {},
+        processes=list(run.processes),
+        keep_awake=run.keep_awake,
+        command=command,
+        started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        versions={pkg: installed_version(pkg) for pkg in ("torch", "transformers", "peft", "trl", "llamafactory")},
+    )
+    return RunDir.create(path, record, lf.yaml_text(args))
+
+
+def written_output_dir(path: Path) -> str:
+    """output_dir as llamafactory.yaml says it: relative to the folder mpskit runs in when the run lies
+    under it (`llamafactory-cli train output/<run>/<time>/llamafactory.yaml` from there), so nothing in
+    a run folder names it by an absolute path; mpskit itself trains a run wherever its folder now is."""
+    here, where = Path.cwd().resolve(), path.resolve()
+    return os.path.relpath(where, here) if where.is_relative_to(here) else str(where)
+
+
+def memory_record(memory_plan: planner.Plan | None) -> dict:
+    if memory_plan is None:
+        return {}
+    return {
+        "predicted": memory_plan.chosen.estimate.as_dict(),
+        "budget_gb": round(memory_plan.budget.training_bytes / GB, 3),
+        "budget": memory_plan.budget.why,
+        "planner_changes": memory_plan.changes,
+    }
+
+
+def ladder_for(run: ResolvedRun) -> Ladder:
+    return Ladder(
+        free=knobs.free_knobs(run.pinned),
+        cutoff_floor=run.limits.get("min_cutoff_len", knobs.DEFAULT_CUTOFF_FLOOR),
+    )
+
+
+def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
+    """Run one training job end to end: write its run folder, then continue it the way `--resume`
+    and every torchrun rank do; returns the run directory. The environment and device hiding come
+    first, before the key check imports LLaMA-Factory (and torch)."""
+    run, memory_plan = prepare(run)
+    check_device(run)
+    check_disk(run)
+    env = export_environment(run)
+    if run.hide_mps:
+        hide_accelerators()
+    check_with_engine(run.args)
+    ladder = ladder_for(run)
+    run_dir = write_run_dir(run, env, command or sys.argv, memory_plan, ladder)
+    print(f"mpskit: run directory {run_dir.path}", file=sys.stderr)
+    for note in memory_plan.changes if memory_plan else []:
+        print(f"mpskit: planner: {note}", file=sys.stderr)
+    return continue_run(run_dir)
+
+
+def _launch(run_dir: Path, processes: tuple[int, int]) -> Path:
+    code = launch(run_dir, *processes)
+    if code != 0:
+        raise MpskitError(
+            f"the training processes stopped with exit code {code} (messages above)",
+            f"fix the cause, then continue from the last checkpoint: mpskit train --resume {run_dir}",
+        )
+    return run_dir
+
+
+def resume(run_dir: str | Path | None = None) -> Path:
+    """Continue a stopped, killed or failed run from its newest complete checkpoint (from step 0 when it
+    has none), with its own settings. A run that finished is left as it is: resuming it would train
+    past its end and rewrite its results."""
+    return continue_run(RunDir.open(Path(run_dir) if run_dir else latest_run_dir()))
+
+
+def continue_run(run: RunDir) -> Path:
+    """Train a written run directory in this process (from its newest complete checkpoint, or from
+    step 0 when it has none), or launch its processes through torchrun when it has several and this
+    is not one of them. The launching process holds the folder's lock; torchrun's ranks work under it."""
+    if inside_launch():
+        return _continue(run, run.last_checkpoint())
+    with run.locked("mpskit train"):  # the record as it is now that no one else writes it
+        if run.finished:
+            print(f"mpskit: {run.path} already finished (attempt {len(run.record.attempts)}); nothing to resume",
+                  file=sys.stderr)  # fmt: skip
+            return run.path
+        checkpoint = run.last_checkpoint()
+        if checkpoint is None and run.record.attempts:
+            print(f"mpskit: {run.path} has no complete checkpoint; training it again from step 0", file=sys.stderr)
+        with kept_awake(run.record.keep_awake):
+            return _continue(run, checkpoint)
+
+
+def _continue(run: RunDir, checkpoint: Path | None) -> Path:
+    processes = tuple(run.record.processes)
+    if processes != (1, 1) and not inside_launch():
+        return _launch(run.path, processes)
+    enter_run_environment(run.record)
+    args = run.train_args()
+    saved = run.record.ladder
+    # one process out of memory cannot change the knobs of the others: no fallback when distributed
+    free = set(saved.get("free", [])) if processes == (1, 1) else set()
+    ladder = Ladder(free, saved.get("cutoff_floor", knobs.DEFAULT_CUTOFF_FLOOR))
+    if checkpoint is None and args.get("resume_from_checkpoint"):  # the user's, from another run
+        checkpoint = Path(args["resume_from_checkpoint"])
+    if checkpoint:
+        print(f"mpskit: resuming {run.path} from {checkpoint}", file=sys.stderr)
+    return run_attempts(run, args, ladder, checkpoint)

@@ -1,0 +1,215 @@
+"""Training attempt after attempt in one run directory, losing no work.
+
+An out-of-memory error is recognised (MPS, CUDA, CPU), reported with its figures and the estimate,
+and the run continues on the next rung of the fallback ladder from its last checkpoint, moving only
+knobs the user left free, at most MAX_ATTEMPTS times. SIGINT/SIGTERM save a checkpoint at the next
+step boundary and stop with the resume command (signals.py: at once while loading, or a second
+time). A full disk stops with one line naming the newest complete checkpoint. Every attempt, however
+it ends, is recorded in mpskit.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import gc
+import json
+import os
+import shlex
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from mpskit.engine import lf
+from mpskit.errors import Interrupted, MpskitError
+from mpskit.inputs.knobs import LADDER, as_words, effective_batch, from_args, next_rung, to_args
+from mpskit.inputs.launch import inside_launch, rank
+from mpskit.run.oom import OutOfMemory, recognise
+from mpskit.run.signals import SignalGuard, Stopped
+from mpskit.rundir import FINISHED, Attempt, RunDir, point_latest, set_aside, write_atomic
+
+MAX_ATTEMPTS = 4
+
+
+@dataclass
+class Ladder:
+    """What the fallback may move: the planner's free knobs and the cutoff floor."""
+
+    free: set[str] = field(default_factory=set)
+    cutoff_floor: int = 256
+
+
+def _record_attempt(run: RunDir, attempt: Attempt, samples: list) -> None:
+    """Rank 0 writes mpskit.json and memory.png; with several processes each also writes rank-N.json."""
+    from mpskit.run.plots import plot_memory
+
+    if inside_launch():
+        summary = {"rank": rank(), "world_size": int(os.environ["WORLD_SIZE"]), **dataclasses.asdict(attempt)}
+        write_atomic(run.path / f"rank-{rank()}.json", json.dumps(summary, indent=2, default=str) + "\n")
+        if rank() != 0:
+            return
+    measured, memory = attempt.measured, run.record.memory
+    if measured:
+        memory["measured"] = measured
+        predicted = memory.get("predicted", {}).get("training_gb")
+        if predicted and measured["training_gb"] > 0:
+            memory["error"] = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
+        _add_measured_time(run.record.duration, measured["step_seconds"], attempt.outcome == FINISHED)
+    run.add_attempt(attempt)
+    if measured:
+        plot_memory(
+            run.path, samples, measured, memory.get("predicted", {}).get("training_gb"), memory.get("budget_gb")
+        )
+
+
+def _add_measured_time(duration: dict, step_seconds: list[float], finished: bool) -> None:
+    """The training steps' time over every attempt so far, and once finished, the prediction's error."""
+    duration["measured_s"] = round(duration.get("measured_s", 0) + sum(step_seconds), 2)
+    duration["measured_steps"] = duration.get("measured_steps", 0) + len(step_seconds)
+    if step_seconds:
+        duration["measured_step_s"] = round(statistics.median(step_seconds[1:] or step_seconds), 4)
+    predicted = duration.get("predicted_s")
+    if finished and predicted and duration["measured_s"] > 0:
+        duration["error"] = round((predicted - duration["measured_s"]) / duration["measured_s"], 4)
+
+
+def _free_device_memory(device: str) -> None:
+    gc.collect()
+    if device in ("cuda", "mps"):
+        import torch
+
+        (torch.cuda if device == "cuda" else torch.mps).empty_cache()
+
+
+def _oom_block(oom: OutOfMemory, predicted_gb: float | None, attempt: int, step: str) -> str:
+    estimate = f"{predicted_gb:.2f} GB" if predicted_gb else "none"
+    return f"mpskit: out of memory on {oom.device} in attempt {attempt} ({step}): {oom.figures()}; estimate {estimate}"
+
+
+def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | None = None) -> Path:
+    """Train until finished, out of rungs, or stopped by a signal (then raises Interrupted)."""
+    effective = effective_batch(args)
+    device = run.record.device
+    predicted = run.record.memory.get("predicted", {}).get("training_gb")
+    first = len(run.record.attempts) + 1
+    number = first - 1
+    while True:
+        number += 1
+        attempt_args = {**args, "resume_from_checkpoint": str(checkpoint) if checkpoint else None}
+        before = from_args(args)
+        attempt = Attempt(number, to_args(before, effective), checkpoint.name if checkpoint else None)
+        guard, monitor = SignalGuard(), None
+        try:
+            with guard:
+                lf.import_engine()  # torch, transformers, LLaMA-Factory: slow the first time
+                from mpskit.run.callbacks import OnTrainBegin, StopOnDivergence, StopOnSignal, fake_faults
+                from mpskit.run.monitor import MemoryMonitor
+                from mpskit.run.progress import ProgressLine
+
+                monitor = MemoryMonitor(device)  # after the imports: its baseline
+                faults = fake_faults() if number == first == 1 else []
+                progress = ProgressLine(monitor, predicted)
+                started = OnTrainBegin(lambda: _point_latest(run))
+                callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started, *faults]
+                lean_paths = lf.run(attempt_args, callbacks=callbacks)
+        except Stopped as stop:
+            attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
+            _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
+            raise Interrupted(run.path, run.last_checkpoint()) from None
+        except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
+            oom = recognise(err)
+            if oom is None:
+                _fail(run, _with_measured(attempt, monitor), err)
+        else:
+            attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
+            attempt.lean_logits, attempt.lean_attention = lean_paths["lean_logits"], lean_paths["lean_attention"]
+            if args.get("stage") == "foodpo" and rank() == 0:
+                from mpskit.run.plots import plot_foodpo
+
+                plot_foodpo(run.path)
+            _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
+            if guard.signal_name:
+                raise Interrupted(run.path, run.last_checkpoint())
+            return run.path
+
+        _free_device_memory(device)  # out of the except block: the failed attempt's frames are gone
+        print(_oom_block(oom, predicted, number, run.step_reached()), file=sys.stderr)
+        rung = next_rung(before, effective, ladder.free, ladder.cutoff_floor)
+        attempt.outcome, attempt.device_figures = "out of memory", vars(oom)
+        attempt.next_rung = rung[1] if rung else None
+        _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
+        if rung is None or number == first + MAX_ATTEMPTS - 1:
+            raise MpskitError(
+                f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
+                f"run with less memory: {_command_that_fits(run, args, effective)}",
+            )
+        args = {**args, **to_args(rung[0], effective)}
+        checkpoint = run.last_checkpoint()
+        if rung[0].lora_rank != before.lora_rank:
+            # a checkpoint holds the adapter's weights: a new rank cannot resume from them, and
+            # LLaMA-Factory would pick the newest one up from output_dir by itself
+            for old in run.checkpoints():
+                set_aside(old, f"rank-{before.lora_rank}")
+            checkpoint = None
+        where = f"resuming from {checkpoint.name}" if checkpoint else "restarting from step 0"
+        print(f"mpskit: next rung: {rung[1]}; {where}", file=sys.stderr)
+
+
+def _point_latest(run: RunDir) -> None:
+    """`latest` moves once training starts, never to a run that failed before its first step."""
+    if rank() == 0:
+        point_latest(run.path)
+
+
+def _with_measured(attempt: Attempt, monitor) -> Attempt:
+    """The attempt with the monitor's figures; none when it stopped before the monitor started."""
+    attempt.measured = monitor.stop() if monitor else {}
+    return attempt
+
+
+def _samples(monitor) -> list:
+    return monitor.samples if monitor else []
+
+
+def _fail(run: RunDir, attempt: Attempt, err: Exception) -> NoReturn:
+    """Record a failed attempt and raise: a full disk as one line with the resume command, anything
+    else as it is."""
+    full = disk_full(err)
+    attempt.outcome = (
+        f"error: {'disk full' if full else err.problem if isinstance(err, MpskitError) else type(err).__name__}"
+    )
+    try:
+        _record_attempt(run, attempt, [])
+    except OSError:
+        if not full:  # a full disk may not even take the record
+            raise
+    if not full:
+        raise err
+    newest = run.last_checkpoint()
+    raise MpskitError(
+        f"the disk under {run.path} is full ({run.step_reached()}); the newest complete checkpoint is "
+        f"{newest.name if newest else 'none'}",
+        f"free some space, then: mpskit train --resume {run.path}",
+    ) from err
+
+
+def disk_full(err: BaseException) -> bool:
+    """ENOSPC as Python raises it, or as torch.save and safetensors report it in their own errors."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    text = str(err)
+    return any(sign in text for sign in ("No space left on device", "code: 28", "file write failed"))
+
+
+def _command_that_fits(run: RunDir, args: dict, effective: int) -> str:
+    """The recorded command with the next rung taken as if every knob were free."""
+    knobs = from_args(args)
+    rung = next_rung(knobs, effective, set(LADDER), cutoff_floor=64)
+    command = run.record.command or ["mpskit", "train"]
+    if rung is None:
+        return "a smaller model or a machine with more memory (see `mpskit plan`)"
+    current, after = to_args(knobs, effective), to_args(rung[0], effective)
+    moved = tuple(key for key, value in after.items() if current.get(key) != value)
+    return shlex.join([*command, *as_words(rung[0], effective, moved).split()])

@@ -1,0 +1,73 @@
+"""`mpskit eval`: how well finished runs rank held-out preference pairs, against the base model.
+
+Each run is evaluated by LLaMA-Factory's own DPO workflow with training off: the run's adapter is
+the policy, the base model (the adapter switched off) the reference, so `eval_rewards/accuracies`
+is the share of pairs whose chosen answer gains more log-probability over the base model than the
+rejected one, and `eval_rewards/margins` the mean gap, scaled by pref_beta. Any LoRA run can be
+judged this way (SFT too), on data it did not train on. Results go to <run>/eval/<dataset>-<time>/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from mpskit.engine import lf
+from mpskit.engine.foodpo import FOODPO_KEYS
+from mpskit.errors import MpskitError
+from mpskit.inputs.dataset_checks import check_datasets
+from mpskit.recipes.checks import check_model
+from mpskit.stages import stage_of
+from mpskit.tools.compare import markdown_table
+from mpskit.tools.use_run import inference_args, open_trained
+
+COLUMNS = ("run", "stage", "eval dataset", "eval_rewards/accuracies", "eval_rewards/margins", "eval_loss")
+KEPT = ("dataset_dir", "cutoff_len", "per_device_eval_batch_size", "pref_beta", "pref_loss", "seed", "use_cpu")
+
+
+def evaluate_run(
+    run_dir: Path, dataset: str | None = None, dataset_dir: str | None = None, allow_unfinished: bool = False
+) -> dict:
+    run = open_trained(run_dir, allow_unfinished)
+    with run.locked("mpskit eval"):
+        args = inference_args(run)  # the run's environment, MPS hidden if it was
+        trained = run.yaml_args()
+        stage = trained.get("stage")
+        tuned_on_pairs = stage_of(stage).pairs and stage_of(stage).reference_model  # its eval_dataset: pairs
+        dataset = dataset or (trained.get("eval_dataset") if tuned_on_pairs else None)
+        if not dataset:
+            raise MpskitError(f"{run.path} ({stage}) names no held-out preference data", "give --dataset NAME")
+        check_model(str(args["model_name_or_path"]))  # the base model: the reference, and under the adapter
+        folder = re.sub(r"[^\w.+-]+", "_", dataset.replace(",", "+")).lstrip(".")  # stays inside eval/
+        out = run.path / "eval" / f"{folder}-{time.strftime('%Y%m%d-%H%M%S')}"
+        eval_args = {
+            **{key: trained[key] for key in KEPT if key in trained},
+            **{key: value for key, value in args.items() if key not in ("infer_backend", "infer_dtype")},
+            "stage": "dpo",
+            "ref_model": args["model_name_or_path"],  # without it, an evaluation-only DPO run is its own reference
+            "do_train": False,
+            "do_eval": True,
+            "eval_dataset": dataset,
+            "output_dir": str(out),
+            "report_to": "none",
+            **({"dataset_dir": dataset_dir} if dataset_dir else {}),
+        }
+        check_datasets({"stage": "dpo", "eval_dataset": dataset, "dataset_dir": eval_args.get("dataset_dir", "data")})
+        out.mkdir(parents=True)
+        with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory prints its metrics; stdout is the table's
+            lf.run({key: value for key, value in eval_args.items() if key not in FOODPO_KEYS})
+        results = run.results(out)
+    row = {"run": os.path.relpath(run.path), "stage": stage, "eval dataset": dataset}
+    return {**row, **{column: results.get(column) for column in COLUMNS[3:]}}
+
+
+def evaluate(
+    run_dirs: list[str], dataset: str | None = None, dataset_dir: str | None = None, allow_unfinished: bool = False
+) -> str:
+    """The Markdown table over the runs, one row each."""
+    rows = [evaluate_run(Path(run_dir), dataset, dataset_dir, allow_unfinished) for run_dir in run_dirs]
+    return markdown_table(COLUMNS, rows)

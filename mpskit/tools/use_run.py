@@ -1,0 +1,109 @@
+"""Use what a run made: chat with its adapter, or merge it into a standalone model, both through
+LLaMA-Factory's own chat engine and export (`llamafactory-cli chat` / `export` with the run's
+model, adapter and template filled in). The run's environment is set, and MPS hidden when the run
+hid it, before LLaMA-Factory (and torch) load."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+from mpskit.rundir import RunDir, latest_run_dir
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+EXPORT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # else float32: what the run trained in
+
+
+def open_trained(run_dir: str | Path | None, allow_unfinished: bool = False) -> RunDir:
+    """A run whose adapter can be used (default: the newest run). A run that stopped before its last
+    step has an adapter too (LLaMA-Factory saves one on a stop): it is used only when asked, and said."""
+    run = RunDir.open(run_dir or latest_run_dir())
+    missing = [name for name in ADAPTER_FILES if not (run.path / name).is_file()]
+    if missing:
+        raise MpskitError(
+            f"{run.path} has no finished adapter ({missing[0]} missing)",
+            f"finish the run first: mpskit train --resume {run.path}",
+        )
+    if not run.finished:
+        last = run.record.attempts[-1].outcome if run.record.attempts else "never trained"
+        what = f"{run.path} did not finish ({last}; {run.step_reached()})"
+        if not allow_unfinished:
+            raise MpskitError(what, f"finish it: mpskit train --resume {run.path}; or add --allow-unfinished")
+        print(f"mpskit: {what}; using the adapter it saved there", file=sys.stderr)
+    return run
+
+
+def inference_args(run: RunDir) -> dict:
+    """LLaMA-Factory's inference arguments for a run's adapter, in the environment the run trained in."""
+    from mpskit.engine.environment import enter_run_environment
+
+    enter_run_environment(run.record)
+    args = run.yaml_args()
+    keys = ("model_name_or_path", "template", "finetuning_type", "trust_remote_code", "cache_dir")
+    dtype = next((name for key, name in EXPORT_DTYPES.items() if args.get(key)), "float32")
+    return {
+        **{key: args[key] for key in keys if key in args},
+        "adapter_name_or_path": str(run.path),
+        "infer_backend": "huggingface",
+        "infer_dtype": dtype,
+    }
+
+
+def chat(
+    run_dir: str | Path | None, prompt: str | None = None, max_new_tokens: int = 256, allow_unfinished: bool = False
+) -> None:
+    """One answer to `prompt`, or a loop on standard input (`exit` ends it, `clear` forgets)."""
+    args = inference_args(open_trained(run_dir, allow_unfinished))
+    with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory logs to stdout; there, only answers
+        from llamafactory.chat import ChatModel
+
+        model = ChatModel({**args, "max_new_tokens": max_new_tokens})
+    if prompt is not None:
+        print(model.chat([{"role": "user", "content": prompt}])[0].response_text)
+        return
+    print("mpskit chat: type a message; `clear` forgets the conversation, `exit` ends it", file=sys.stderr)
+    messages: list[dict] = []
+    while True:
+        try:
+            text = input("\nUser: ")
+        except EOFError:
+            return
+        if text.strip() == "exit":
+            return
+        if text.strip() == "clear":
+            messages = []
+            continue
+        messages.append({"role": "user", "content": text})
+        print("Assistant: ", end="", flush=True)
+        answer = "".join(print(piece, end="", flush=True) or piece for piece in model.stream_chat(messages))
+        print()
+        messages.append({"role": "assistant", "content": answer})
+
+
+def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bool = False) -> Path:
+    """The base model with the run's LoRA merged in, as a Hugging Face model folder (a new or empty
+    one). It is written beside OUT under a temporary name and renamed when complete, so a killed
+    export leaves no folder that looks like a model."""
+    out = Path(os.path.abspath(Path(out_dir).expanduser()))
+    if out.is_symlink():
+        raise MpskitError(f"{out} is a link", "give -o a new folder (mpskit never writes through a link)")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise MpskitError(f"{out} already exists and is not an empty folder", "give -o a new folder")
+    run = open_trained(run_dir, allow_unfinished)
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    with run.locked("mpskit export"):
+        args = inference_args(run)
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory's log lines
+                from llamafactory.train.tuner import export_model
+
+                export_model({**args, "export_dir": str(partial)})
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)  # this export's own half-written folder
+            raise
+    os.replace(partial, out)  # onto nothing, or onto the empty folder the user made
+    return out
