@@ -99,7 +99,8 @@ def check_conversion(args: dict) -> None:
     dataset_dir = str(args.get("dataset_dir", "data"))
     stage = str(args.get("stage", "sft"))
     data_args = DataArguments(dataset_dir=dataset_dir, media_dir=str(args.get("media_dir") or dataset_dir))
-    for attr in get_dataset_list(dataset_names(args), dataset_dir):
+    info = json.loads((Path(dataset_dir) / "dataset_info.json").read_text(encoding="utf-8"))  # check_datasets read it
+    for attr in get_dataset_list(dataset_names(args), info):
         path = Path(dataset_dir) / attr.dataset_name
         if attr.load_from != "file" or not path.is_file() or path.suffix not in (".json", ".jsonl"):
             continue
