@@ -118,8 +118,8 @@ def main() -> int:
                     else:
                         rows[i]["wall"].append(measure(case, models[model], data, out, ns.hardware)["seconds"])
                         duration = RunDir.open(out).record.duration
-                        rows[i]["measured"].append(duration["measured_s"])
-                        rows[i]["figures"].append(duration["predicted_s"])
+                        rows[i]["measured"].append(duration.measured_s)
+                        rows[i]["figures"].append(duration.predicted_s)
                 print(f"round {round_ + 1}: {model} {case.stage} batch {case.batch} done", file=sys.stderr, flush=True)
 
     worst_probe = report(settings, rows, ns.repeats, ns.hardware)

@@ -17,6 +17,7 @@ USAGE_RUN = (
     "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] "
     "[-o FILE [--force]] [--json] [--probe]\n"
     "mpskit train --resume [RUN_DIR]   continue a stopped or killed run from its last checkpoint\n"
+    "    (--rebuild-record: first a new run record from the run's written arguments, when it is damaged)\n"
     "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
     "  model_preset (configs/models), hardware (configs/hardware), device (auto|mps|cuda|cpu), run_name,\n"
     "  memory_budget_gb (instead of the hardware's budget), min_cutoff_len (the planner's floor).\n"
@@ -140,10 +141,10 @@ def cmd_train(words: list[str]) -> int:
     from mpskit.recipes.train import resume, train
 
     if "--resume" in words:
-        rest = [w for w in words if w != "--resume"]
+        rest = [w for w in words if w not in ("--resume", "--rebuild-record")]
         if len(rest) > 1 or (rest and "=" in rest[0]):
             raise MpskitError("--resume takes only a run directory", "mpskit train --resume [RUN_DIR]")
-        resume(rest[0] if rest else None)
+        resume(rest[0] if rest else None, rebuild="--rebuild-record" in words)
         return 0
     run, _ = _resolve_from_words(words)
     train(run, command=["mpskit", "train", *words])

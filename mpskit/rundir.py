@@ -51,6 +51,47 @@ class Attempt:
 
 
 @dataclass
+class Memory:
+    """A run's memory plan and what its attempts measured, in GB."""
+
+    predicted: dict = field(default_factory=dict)  # memory.Estimate.as_dict(): parts_gb, training_gb, framework_gb
+    budget_gb: float | None = None
+    budget: str = ""  # where the budget comes from
+    planner_changes: list[str] = field(default_factory=list)
+    measured: dict = field(default_factory=dict)  # the latest attempt's monitor figures
+    error: float | None = None  # (predicted - measured) / measured training memory
+
+    @property
+    def predicted_training_gb(self) -> float | None:
+        return self.predicted.get("training_gb")
+
+
+@dataclass
+class Duration:
+    """How long a run was predicted to take (duration.RunDuration) and took, over every attempt."""
+
+    predicted_step_s: float | None = None
+    predicted_s: float | None = None
+    steps: int | None = None
+    examples: int | None = None
+    epochs: float | None = None
+    source: str = ""  # where the throughput figures come from
+    measured_figures: bool = False  # whether they were measured on this machine
+    measured_s: float = 0.0  # the training steps' time
+    measured_steps: int = 0
+    measured_step_s: float | None = None  # median
+    error: float | None = None  # (predicted - measured) / measured, once finished
+
+
+@dataclass
+class Ladder:
+    """What the out-of-memory fallback may move: the planner's free knobs and the cutoff floor."""
+
+    free: list[str]
+    cutoff_floor: int
+
+
+@dataclass
 class RunRecord:
     """mpskit.json: what was asked and decided before the run, then one entry per attempt."""
 
@@ -64,9 +105,9 @@ class RunRecord:
     llamafactory_args: dict = field(default_factory=dict)  # exactly what llamafactory.yaml says
     mpskit_args: dict = field(default_factory=dict)  # mpskit's own run keys (lean paths), never in the YAML
     model_dims: dict = field(default_factory=dict)
-    memory: dict = field(default_factory=dict)  # predicted, budget, planner_changes; measured, error
-    duration: dict = field(default_factory=dict)  # predicted (duration.RunDuration); measured_s, error
-    ladder: dict = field(default_factory=dict)  # free knobs and cutoff floor of the out-of-memory ladder
+    memory: Memory = field(default_factory=Memory)
+    duration: Duration = field(default_factory=Duration)
+    ladder: Ladder | None = None  # None: nothing may move (a rebuilt record)
     processes: list[int] = field(default_factory=lambda: [1, 1])  # per node, nodes
     keep_awake: bool = True  # macOS: caffeinate while the run trains
     command: list[str] = field(default_factory=list)
@@ -75,11 +116,18 @@ class RunRecord:
     attempts: list[Attempt] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        known = {f.name for f in dataclasses.fields(Attempt)}
-        self.attempts = [
-            entry if isinstance(entry, Attempt) else Attempt(**{k: v for k, v in entry.items() if k in known})
-            for entry in self.attempts
-        ]
+        """Read from JSON, the sections are dicts: typed here (keys this mpskit does not know are left out)."""
+        self.memory = _typed(Memory, self.memory)
+        self.duration = _typed(Duration, self.duration)
+        self.ladder = _typed(Ladder, self.ladder) if self.ladder else None
+        self.attempts = [_typed(Attempt, entry) for entry in self.attempts]
+
+
+def _typed(cls: type, value: object):
+    if isinstance(value, cls):
+        return value
+    known = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{key: item for key, item in value.items() if key in known})
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -109,8 +157,22 @@ def read_record(run_dir: Path) -> RunRecord:
     except (OSError, ValueError, TypeError, AttributeError) as err:
         raise MpskitError(
             f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})",
-            "give a run folder that mpskit train wrote",
+            f"rebuild it from llamafactory.yaml and the checkpoints: mpskit train --resume {run_dir} --rebuild-record",
         ) from err
+
+
+def read_yaml(run_dir: Path) -> dict:
+    """llamafactory.yaml's arguments, as LLaMA-Factory reads them."""
+    try:
+        args = yaml.safe_load((run_dir / YAML).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise MpskitError(
+            f"{run_dir / YAML} is not readable ({type(err).__name__})",
+            f"restore it: mpskit.json's llamafactory_args hold what it said ({run_dir / RECORD})",
+        ) from err
+    if not isinstance(args, dict):
+        raise MpskitError(f"{run_dir / YAML} holds no arguments", "restore it from mpskit.json's llamafactory_args")
+    return args
 
 
 def is_run_dir(run_dir: Path) -> bool:
@@ -171,14 +233,15 @@ def _safetensors_whole(path: Path) -> bool:
         return False
 
 
-def set_aside(checkpoint: Path, label: str) -> Path:
-    """Rename checkpoint-N to checkpoint-N.<label>: kept, but out of LLaMA-Factory's (and
-    transformers') own search for the last checkpoint, which matches only checkpoint-N."""
-    aside, tries = checkpoint.with_name(f"{checkpoint.name}.{label}"), 1
+def set_aside(path: Path, label: str) -> Path:
+    """Rename PATH to PATH.<label> (-2, -3... when taken): kept, never deleted. For checkpoint-N, that
+    puts it out of LLaMA-Factory's (and transformers') own search for the last checkpoint, which
+    matches only checkpoint-N."""
+    aside, tries = path.with_name(f"{path.name}.{label}"), 1
     while aside.exists():
         tries += 1
-        aside = checkpoint.with_name(f"{checkpoint.name}.{label}-{tries}")
-    checkpoint.rename(aside)
+        aside = path.with_name(f"{path.name}.{label}-{tries}")
+    path.rename(aside)
     return aside
 
 
@@ -260,23 +323,22 @@ class RunDir:
         run.save()
         return run
 
+    @classmethod
+    def rebuilt(cls, path: str | Path, record: RunRecord) -> RunDir:
+        """The folder with RECORD in place of a damaged (or missing) mpskit.json, which is kept beside
+        it as mpskit.json.damaged."""
+        path = Path(path)
+        if (path / RECORD).exists():
+            set_aside(path / RECORD, "damaged")
+        run = cls(path, record)
+        run.save()
+        return run
+
     def save(self) -> None:
         write_record(self.path, self.record)
 
     def yaml_args(self) -> dict:
-        """llamafactory.yaml's arguments, as LLaMA-Factory reads them."""
-        try:
-            args = yaml.safe_load((self.path / YAML).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as err:
-            raise MpskitError(
-                f"{self.path / YAML} is not readable ({type(err).__name__})",
-                f"restore it: mpskit.json's llamafactory_args hold what it said ({self.path / RECORD})",
-            ) from err
-        if not isinstance(args, dict):
-            raise MpskitError(
-                f"{self.path / YAML} holds no arguments", "restore it from mpskit.json's llamafactory_args"
-            )
-        return args
+        return read_yaml(self.path)
 
     def train_args(self) -> dict:
         """What a training attempt runs with: the YAML's arguments, mpskit's own keys from the record,

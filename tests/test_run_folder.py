@@ -133,3 +133,21 @@ def test_latest_stays_on_the_last_run_that_started(tmp_path, tiny_model):
     broken = run_mpskit(*WORDS, f"model_name_or_path={cut}", "run_name=same", cwd=tmp_path)
     assert broken.returncode != 0 and len(list((tmp_path / "output" / "same").iterdir())) == 3
     assert (tmp_path / "output" / "same" / "latest").resolve() == good
+
+
+def test_a_damaged_record_is_one_line_and_is_rebuilt_from_the_folder(tmp_path, tiny_model):
+    run_dir = killed_run(tmp_path, tiny_model, step=3)
+    record = run_dir / "mpskit.json"
+    cut = record.read_bytes()[:100]  # damaged from outside: mpskit's own writes are atomic
+    record.write_bytes(cut)
+    refused = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "not a readable run record" in refused.stderr and "--rebuild-record" in refused.stderr
+    rebuilt = run_mpskit("train", "--resume", str(run_dir), "--rebuild-record", cwd=tmp_path)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert (run_dir / "mpskit.json.damaged").read_bytes() == cut
+    assert [(a["outcome"], a["resumed_from"]) for a in attempts(run_dir)] == [
+        ("unknown (record rebuilt)", None),
+        ("finished", "checkpoint-3"),
+    ]
+    assert max(logged_steps(run_dir)) == 6

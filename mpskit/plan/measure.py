@@ -132,14 +132,14 @@ def measure(
     process_env = {**OFFLINE, **(env or {})}
     train_in_fresh_process(words, f"measured run {case}", f"see {out} and rerun it with `mpskit train`", process_env)
     memory = RunDir.open(out).record.memory
-    measured = memory["measured"]
+    measured = memory.measured
     step_s = sorted(measured["step_seconds"][1:] or measured["step_seconds"])
     tokens_per_step = sequences_per_step(case.stage, case.batch) * case.accumulation * case.cutoff_len
     return {
-        "estimate_gb": memory["predicted"]["training_gb"],
+        "estimate_gb": memory.predicted_training_gb,
         "measured_gb": measured["training_gb"],
-        "error": memory.get("error"),
-        "parts_gb": memory["predicted"]["parts_gb"],
+        "error": memory.error,
+        "parts_gb": memory.predicted["parts_gb"],
         "baseline_gb": measured["baseline_gb"],
         "loaded_gb": measured["loaded_gb"],
         "tokens_per_second": tokens_per_step / step_s[len(step_s) // 2] if step_s else None,

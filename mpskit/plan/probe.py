@@ -88,7 +88,7 @@ def probe(words: list[str], plan: Plan, world_size: int = 1) -> Probe:
         fix = "run `mpskit train` with the same words to see the whole message"
         train_in_fresh_process([*words, *overrides, f"output_dir={out}"], "the probe", fix)
         wall_s = time.perf_counter() - started
-        step_seconds = RunDir.open(out).record.memory["measured"]["step_seconds"]
+        step_seconds = RunDir.open(out).record.memory.measured["step_seconds"]
     finally:
         signal.signal(signal.SIGTERM, before)
         shutil.rmtree(work, ignore_errors=True)  # the probe's own temporary folder, nothing of the user's

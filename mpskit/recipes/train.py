@@ -15,7 +15,7 @@ from mpskit.engine import lf
 from mpskit.engine.environment import enter_run_environment, hide_accelerators
 from mpskit.errors import MpskitError
 from mpskit.inputs import knobs
-from mpskit.inputs.hardware import installed_version
+from mpskit.inputs.hardware import detect, installed_version
 from mpskit.inputs.launch import inside_launch, launch
 from mpskit.inputs.mps_env import env_for
 from mpskit.inputs.resolve import ResolvedRun
@@ -23,9 +23,23 @@ from mpskit.plan import planner
 from mpskit.plan.advice import plan_duration
 from mpskit.plan.memory import GB
 from mpskit.recipes.checks import check_device, check_disk, check_with_engine, prepare
-from mpskit.run.attempts import Ladder, run_attempts
+from mpskit.run.attempts import run_attempts
 from mpskit.run.awake import kept_awake
-from mpskit.rundir import RunDir, RunRecord, latest_run_dir, new_run_dir
+from mpskit.rundir import (
+    Attempt,
+    Duration,
+    Ladder,
+    Memory,
+    RunDir,
+    RunRecord,
+    checkpoints,
+    latest_run_dir,
+    new_run_dir,
+    read_log,
+    read_yaml,
+)
+
+VERSIONED = ("torch", "transformers", "peft", "trl", "llamafactory")
 
 
 def export_environment(run: ResolvedRun) -> dict[str, str]:
@@ -52,13 +66,13 @@ def write_run_dir(
         mpskit_args={key: run.args[key] for key in lf.LEAN_KEYS if key in run.args},
         model_dims=run.model_dims,
         memory=memory_record(memory_plan),
-        duration=duration.as_dict() if memory_plan and (duration := plan_duration(run, memory_plan)) else {},
-        ladder={"free": sorted(ladder.free), "cutoff_floor": ladder.cutoff_floor} if ladder else {},
+        duration=Duration(**d.as_dict()) if memory_plan and (d := plan_duration(run, memory_plan)) else Duration(),
+        ladder=ladder,
         processes=list(run.processes),
         keep_awake=run.keep_awake,
         command=command,
         started=time.strftime("%Y-%m-%dT%H:%M:%S"),
-        versions={pkg: installed_version(pkg) for pkg in ("torch", "transformers", "peft", "trl", "llamafactory")},
+        versions={pkg: installed_version(pkg) for pkg in VERSIONED},
     )
     return RunDir.create(path, record, lf.yaml_text(args))
 
@@ -71,20 +85,20 @@ def written_output_dir(path: Path) -> str:
     return os.path.relpath(where, here) if where.is_relative_to(here) else str(where)
 
 
-def memory_record(memory_plan: planner.Plan | None) -> dict:
+def memory_record(memory_plan: planner.Plan | None) -> Memory:
     if memory_plan is None:
-        return {}
-    return {
-        "predicted": memory_plan.chosen.estimate.as_dict(),
-        "budget_gb": round(memory_plan.budget.training_bytes / GB, 3),
-        "budget": memory_plan.budget.why,
-        "planner_changes": memory_plan.changes,
-    }
+        return Memory()
+    return Memory(
+        predicted=memory_plan.chosen.estimate.as_dict(),
+        budget_gb=round(memory_plan.budget.training_bytes / GB, 3),
+        budget=memory_plan.budget.why,
+        planner_changes=memory_plan.changes,
+    )
 
 
 def ladder_for(run: ResolvedRun) -> Ladder:
     return Ladder(
-        free=knobs.free_knobs(run.pinned),
+        free=sorted(knobs.free_knobs(run.pinned)),
         cutoff_floor=run.limits.get("min_cutoff_len", knobs.DEFAULT_CUTOFF_FLOOR),
     )
 
@@ -118,11 +132,39 @@ def _launch(run_dir: Path, processes: tuple[int, int]) -> Path:
     return run_dir
 
 
-def resume(run_dir: str | Path | None = None) -> Path:
+def resume(run_dir: str | Path | None = None, rebuild: bool = False) -> Path:
     """Continue a stopped, killed or failed run from its newest complete checkpoint (from step 0 when it
     has none), with its own settings. A run that finished is left as it is: resuming it would train
-    past its end and rewrite its results."""
-    return continue_run(RunDir.open(Path(run_dir) if run_dir else latest_run_dir()))
+    past its end and rewrite its results. `rebuild`: with a new record in place of a damaged one."""
+    path = Path(run_dir) if run_dir else latest_run_dir()
+    return continue_run(rebuild_record(path) if rebuild else RunDir.open(path))
+
+
+def rebuild_record(path: Path) -> RunDir:
+    """A record for a run folder whose mpskit.json is damaged or gone, from what the folder still holds:
+    llamafactory.yaml (the arguments), this machine (the device and its MPS variables), and one attempt
+    of unknown outcome when it trained before (its checkpoints and trainer_log.jsonl stay as they are).
+    Lost with the old record: the memory plan, the ladder's free knobs (none move on an out-of-memory
+    error), the process layout (one process), mpskit's own keys (their defaults)."""
+    args = read_yaml(path)
+    hardware = detect()
+    device = "cpu" if args.get("use_cpu") else hardware.device
+    trained = bool(read_log(path)) or bool(checkpoints(path))
+    record = RunRecord(
+        run_name=path.resolve().parent.name,
+        stage=str(args.get("stage", "")),
+        device=device,
+        hardware=hardware.as_dict(),
+        environment={name: value for name, value, _ in env_for(hardware)} if device == "mps" else {},
+        mps_hidden=device == "cpu" and hardware.device == "mps",
+        llamafactory_args=args,
+        command=["mpskit", "train", "--resume", str(path)],
+        versions={pkg: installed_version(pkg) for pkg in VERSIONED},
+        attempts=[Attempt(1, outcome="unknown (record rebuilt)")] if trained else [],
+    )
+    print(f"mpskit: rebuilt the run record of {path} from its written arguments; the damaged one is kept",
+          file=sys.stderr)  # fmt: skip
+    return RunDir.rebuilt(path, record)
 
 
 def continue_run(run: RunDir) -> Path:
@@ -149,10 +191,9 @@ def _continue(run: RunDir, checkpoint: Path | None) -> Path:
         return _launch(run.path, processes)
     enter_run_environment(run.record)
     args = run.train_args()
-    saved = run.record.ladder
+    saved = run.record.ladder or Ladder([], knobs.DEFAULT_CUTOFF_FLOOR)
     # one process out of memory cannot change the knobs of the others: no fallback when distributed
-    free = set(saved.get("free", [])) if processes == (1, 1) else set()
-    ladder = Ladder(free, saved.get("cutoff_floor", knobs.DEFAULT_CUTOFF_FLOOR))
+    ladder = Ladder(saved.free if processes == (1, 1) else [], saved.cutoff_floor)
     if checkpoint is None and args.get("resume_from_checkpoint"):  # the user's, from another run
         checkpoint = Path(args["resume_from_checkpoint"])
     if checkpoint:

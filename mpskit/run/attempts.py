@@ -18,7 +18,6 @@ import os
 import shlex
 import statistics
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -28,17 +27,9 @@ from mpskit.inputs.knobs import LADDER, as_words, effective_batch, from_args, ne
 from mpskit.inputs.launch import inside_launch, rank
 from mpskit.run.oom import OutOfMemory, recognise
 from mpskit.run.signals import SignalGuard, Stopped
-from mpskit.rundir import FINISHED, Attempt, RunDir, point_latest, set_aside, write_atomic
+from mpskit.rundir import FINISHED, Attempt, Duration, Ladder, RunDir, point_latest, set_aside, write_atomic
 
 MAX_ATTEMPTS = 4
-
-
-@dataclass
-class Ladder:
-    """What the fallback may move: the planner's free knobs and the cutoff floor."""
-
-    free: set[str] = field(default_factory=set)
-    cutoff_floor: int = 256
 
 
 def _record_attempt(run: RunDir, attempt: Attempt, samples: list) -> None:
@@ -52,27 +43,24 @@ def _record_attempt(run: RunDir, attempt: Attempt, samples: list) -> None:
             return
     measured, memory = attempt.measured, run.record.memory
     if measured:
-        memory["measured"] = measured
-        predicted = memory.get("predicted", {}).get("training_gb")
+        memory.measured = measured
+        predicted = memory.predicted_training_gb
         if predicted and measured["training_gb"] > 0:
-            memory["error"] = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
+            memory.error = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
         _add_measured_time(run.record.duration, measured["step_seconds"], attempt.outcome == FINISHED)
     run.add_attempt(attempt)
     if measured:
-        plot_memory(
-            run.path, samples, measured, memory.get("predicted", {}).get("training_gb"), memory.get("budget_gb")
-        )
+        plot_memory(run.path, samples, measured, memory.predicted_training_gb, memory.budget_gb)
 
 
-def _add_measured_time(duration: dict, step_seconds: list[float], finished: bool) -> None:
+def _add_measured_time(duration: Duration, step_seconds: list[float], finished: bool) -> None:
     """The training steps' time over every attempt so far, and once finished, the prediction's error."""
-    duration["measured_s"] = round(duration.get("measured_s", 0) + sum(step_seconds), 2)
-    duration["measured_steps"] = duration.get("measured_steps", 0) + len(step_seconds)
+    duration.measured_s = round(duration.measured_s + sum(step_seconds), 2)
+    duration.measured_steps += len(step_seconds)
     if step_seconds:
-        duration["measured_step_s"] = round(statistics.median(step_seconds[1:] or step_seconds), 4)
-    predicted = duration.get("predicted_s")
-    if finished and predicted and duration["measured_s"] > 0:
-        duration["error"] = round((predicted - duration["measured_s"]) / duration["measured_s"], 4)
+        duration.measured_step_s = round(statistics.median(step_seconds[1:] or step_seconds), 4)
+    if finished and duration.predicted_s and duration.measured_s > 0:
+        duration.error = round((duration.predicted_s - duration.measured_s) / duration.measured_s, 4)
 
 
 def _free_device_memory(device: str) -> None:
@@ -92,7 +80,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
     """Train until finished, out of rungs, or stopped by a signal (then raises Interrupted)."""
     effective = effective_batch(args)
     device = run.record.device
-    predicted = run.record.memory.get("predicted", {}).get("training_gb")
+    predicted = run.record.memory.predicted_training_gb
     first = len(run.record.attempts) + 1
     number = first - 1
     while True:
@@ -136,7 +124,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
 
         _free_device_memory(device)  # out of the except block: the failed attempt's frames are gone
         print(_oom_block(oom, predicted, number, run.step_reached()), file=sys.stderr)
-        rung = next_rung(before, effective, ladder.free, ladder.cutoff_floor)
+        rung = next_rung(before, effective, set(ladder.free), ladder.cutoff_floor)
         attempt.outcome, attempt.device_figures = "out of memory", vars(oom)
         attempt.next_rung = rung[1] if rung else None
         _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
