@@ -3,7 +3,8 @@ llamafactory.yaml, LLaMA-Factory's trainer_log.jsonl, all_results.json and check
 the `latest` link beside it. No torch import.
 
 `RunDir` owns these files: a module that needs one asks the RunDir it was given; nothing else reads or
-writes them (a test checks). The record's fields are written down once, as `RunRecord` and `Attempt`.
+writes them (a test checks). The record's fields are written down once, as `RunRecord` and its
+sections (`Attempt`, `Memory`, `Duration`, `Ladder`).
 """
 
 from __future__ import annotations

@@ -140,3 +140,26 @@ def test_chat_refuses_a_token_count_below_one(tmp_path):
     result = run_mpskit("chat", "--prompt", "hi", "--max-new-tokens", "0", cwd=tmp_path)
     assert result.returncode == 2 and "'0' is not a whole number of at least 1" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.e2e
+def test_an_export_killed_before_it_completes_leaves_no_model_at_its_output(finished_run, tmp_path):
+    """SIGKILL once LLaMA-Factory's export has written every file, before mpskit calls it complete:
+    nothing is at -o (the files stay under their temporary name), and the export can be run again."""
+    import signal
+    import subprocess
+    import sys
+
+    kill_after_export = (
+        "import os, signal, sys, llamafactory.train.tuner as tuner; real = tuner.export_model; "
+        "tuner.export_model = lambda args: (real(args), os.kill(os.getpid(), signal.SIGKILL)); "
+        "from mpskit.cli import main; sys.exit(main())"
+    )
+    out = tmp_path / "merged"
+    killed = subprocess.run([sys.executable, "-c", kill_after_export, "export", str(finished_run), "-o", str(out)],
+                            cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not out.exists()
+    assert [(p / "config.json").is_file() for p in tmp_path.glob(".merged.partial-*")] == [True]
+    again = run_mpskit("export", str(finished_run), "-o", str(out))
+    assert again.returncode == 0 and (out / "config.json").is_file(), again.stderr[-2000:]
