@@ -87,6 +87,10 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("bomb.yaml", "\n".join(laughs) + "\nstage: sft\n")
     write("cycle.yaml", "stage: sft\nloop: &loop [*loop]\n")
     write("huge.yaml", "stage: sft\n" + "# padding\n" * 120_000)
+    write("twice.yaml", "stage: sft\nlearning_rate: 1e-4\nlearning_rate: 2e-4\n")
+    write("twice.json", '{"stage": "sft", "lora_rank": 4, "lora_rank": 8}')
+    write("deep.yaml", "stage: sft\nx: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    write("deep.json", '{"stage": "sft", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     write("python_tag.yaml", "stage: !!python/object/apply:os.system ['echo hi']\n")
     os.mkfifo(work / "pipe.yaml")
     write("bad_config_model/config.json", "{ not json")
@@ -108,6 +112,7 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
         "number_prompt.json": json.dumps([{"instruction": 5, "input": "", "output": "a"}]),
         "number_answer.json": json.dumps([{"instruction": "q", "input": "", "output": 5}]),
         "no_input.json": json.dumps([{"instruction": "q", "output": "a"}]),
+        "same_pairs.json": json.dumps([{"instruction": "q", "input": "", "chosen": "a", "rejected": "a"}] * 2),
         "answer_first.json": json.dumps([{"conversations": [{"from": "gpt", "value": "a"},
                                                             {"from": "human", "value": "q"}]}]),
     }  # fmt: skip
@@ -118,6 +123,7 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
         ranking=True, columns={"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}
     )
     info["answer_first"]["formatting"] = "sharegpt"
+    info["same_pairs"].update(info["no_rejected"], file_name="same_pairs.json")
     info["not_a_mapping"] = "demo.json"
     write("ds/dataset_info.json", json.dumps(info))
     write("ds_list/dataset_info.json", "[]")
@@ -370,6 +376,16 @@ CASES = [
      ["would drop every row", "no answer"]),
     ("dataset rows: answer before question", ["train", "BASE", "dataset_dir={w}/ds", "dataset=answer_first",
                                               "eval_dataset="], ["would drop every row"]),
+    # no silent nonsense
+    ("run file gives a key twice", ["train", "{w}/twice.yaml", "BASE"], ["line 3", "learning_rate is given twice"]),
+    ("JSON run file gives a key twice", ["train", "{w}/twice.json", "BASE"], ["gives the key lora_rank twice"]),
+    ("YAML nested 100,000 deep", ["plan", "{w}/deep.yaml", "BASE"], ["nests values deeper"]),
+    ("JSON nested 100,000 deep", ["plan", "{w}/deep.json", "BASE"], ["nests values deeper"]),
+    ("every pair the same", ["train", "BASE", "stage=dpo", "dataset_dir={w}/ds", "dataset=same_pairs", "eval_dataset="],
+     ["same_pairs.json", "chosen answer is its rejected one"]),
+    ("max_steps zero", ["train", "BASE", "max_steps=0"], ["max_steps=0 trains nothing", "-1"]),
+    ("fooDPO beta capped at zero", ["train", "BASE", "stage=foodpo", "dataset=demo_pref", "foodpo_beta_max=0"],
+     ["foodpo_beta_max"]),
     ("export -o a dangling link", ["export", "{w}/not_a_run", "-o", "{w}/dangling"], ["is a link"]),
     ("export of a folder that is not a run", ["export", "{w}/not_a_run", "-o", "{w}/merged"], ["not an mpskit run"]),
     ("chat with a broken record", ["chat", "{w}/no_ckpt_run"], ["not a readable run record"]),

@@ -107,7 +107,7 @@ def check_conversion(args: dict) -> None:
         converter = get_dataset_converter(attr.formatting, attr, data_args)
         rows = _read_rows(path)[:CONVERTED_ROWS]
         columns = dict.fromkeys(key for row in rows for key in row)  # `datasets` gives each row every column
-        dropped = []
+        dropped, same = [], []
         for number, row in enumerate(rows, start=1):
             try:
                 example = converter({**columns, **row})
@@ -132,10 +132,16 @@ def check_conversion(args: dict) -> None:
             why = _dropped(example, stage)
             if why:
                 dropped.append(f"row {number}: {why}")
+            elif stage_of(stage).pairs and example["_response"][0]["content"] == example["_response"][1]["content"]:
+                same.append(number)
         if dropped and len(dropped) == len(rows):
             raise MpskitError(f"{path}: LLaMA-Factory would drop every row ({dropped[0]})", "fix the rows")
         if dropped:
             warn(f"{path}: LLaMA-Factory drops {len(dropped)} of {len(rows)} rows ({dropped[0]})")
+        if same and len(same) + len(dropped) == len(rows):  # the loss would stay at ln 2: nothing is learnt
+            raise MpskitError(f"{path}: every pair's chosen answer is its rejected one", "give pairs that differ")
+        if same:
+            warn(f"{path}: {len(same)} of {len(rows)} pairs have the same chosen and rejected answer (row {same[0]})")
 
 
 def _dropped(example: dict, stage: str) -> str | None:

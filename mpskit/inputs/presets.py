@@ -35,7 +35,18 @@ FLOAT = r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"
 
 
 class _SafeLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that reads 1e-4 as a number, as YAML 1.2 and LLaMA-Factory do."""
+    """yaml.SafeLoader that reads 1e-4 as a number, as YAML 1.2 and LLaMA-Factory do, and refuses a key
+    given twice in one mapping, as LLaMA-Factory's reader (OmegaConf) does."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key_node.value} is given twice", key_node.start_mark
+                )
+            seen.add(getattr(key_node, "value", None))
+        return super().construct_mapping(node, deep)
 
 
 _SafeLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(FLOAT), list("-+0123456789."))
@@ -72,7 +83,11 @@ def load_yaml(path: Path) -> dict:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise MpskitError(f"{path} is not valid YAML{where}", "fix the syntax (indentation, colons)") from err
+        problem = getattr(err, "problem", None) or ""
+        fix = "keep one of them" if "given twice" in problem else "fix the syntax (indentation, colons)"
+        raise MpskitError(f"{path} is not valid YAML{where}{': ' * bool(problem)}{problem}", fix) from err
+    except RecursionError:
+        raise MpskitError(f"{path} nests values deeper than Python reads", "write a flat key: value file") from None
     if _expands_past(data, MAX_YAML_NODES):
         raise MpskitError(f"{path} expands past {MAX_YAML_NODES} values (nested aliases)", "write the values out")
     if data is None:

@@ -129,6 +129,15 @@ def _scalar(text: str | None):
     return value if isinstance(value, str | int | float | bool) or value is None else text
 
 
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object, refused when it gives a key twice (json keeps the last one without a word)."""
+    keys = [key for key, _ in pairs]
+    twice = next((key for key in keys if keys.count(key) > 1), None)
+    if twice is not None:
+        raise KeyError(twice)
+    return dict(pairs)
+
+
 def read_run_file(path: Path) -> dict:
     """A YAML or JSON run file's mapping, read as llamafactory-cli reads it (through OmegaConf)."""
     if path.suffix != ".json":
@@ -139,7 +148,11 @@ def read_run_file(path: Path) -> dict:
     if not path.is_file() or path.stat().st_size > MAX_YAML_BYTES:
         raise MpskitError(f"cannot read {path} (missing, not a file, or over 1 MB)", "give a JSON object file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicate_keys)
+    except RecursionError:
+        raise MpskitError(f"{path} nests values deeper than Python reads", 'write a flat {"key": value} file') from None
+    except KeyError as err:
+        raise MpskitError(f"{path} gives the key {err.args[0]} twice", "keep one of them") from None
     except (UnicodeDecodeError, PermissionError) as err:
         raise MpskitError(f"cannot read {path} ({type(err).__name__})", "give a readable JSON file") from err
     except json.JSONDecodeError as err:

@@ -38,7 +38,7 @@ RANGES = {
     "pref_ftx": ("number", 0.0, None),
     "pref_beta_scale": ("number", 0.0, None),
     "foodpo_beta_min": ("number", 0.0, None),
-    "foodpo_beta_max": ("number", 0.0, None),
+    "foodpo_beta_max": ("positive", 0.0, None),  # 0 makes every beta 0: a constant loss, nothing learnt
     "memory_budget_gb": ("positive", 0.0, None),
     "min_cutoff_len": ("int", 8, None),
 }
@@ -80,6 +80,8 @@ def check_number(where: str, value, kind: str, low, high=None, fix: str = "set i
 
 
 def check_value(key: str, value) -> None:
+    if key == "max_steps" and value == 0:  # transformers 5 plans 0 steps, then takes one anyway
+        raise MpskitError("max_steps=0 trains nothing", "give a positive max_steps, or -1 to train num_train_epochs")
     if key in RANGES:
         check_number(key, value, *RANGES[key], fix=f"set {key} to such a value")
     elif key in SWITCHES and not isinstance(value, bool):
