@@ -52,6 +52,11 @@ def env_for(hw: Hardware) -> list[tuple[str, str, str]]:
     return env
 
 
+def env_values(hw: Hardware) -> dict[str, str]:
+    """env_for's variables as name -> value: what a run exports and records."""
+    return {name: value for name, value, _ in env_for(hw)}
+
+
 def export_lines(hw: Hardware) -> str:
     lines = [f"# mpskit env for {hw.name} ({hw.kind}, {hw.ram_gb} GB)"]
     for name, value, why in env_for(hw):

@@ -17,7 +17,7 @@ from mpskit.errors import MpskitError
 from mpskit.inputs import knobs
 from mpskit.inputs.hardware import detect, installed_version
 from mpskit.inputs.launch import inside_launch, launch
-from mpskit.inputs.mps_env import env_for
+from mpskit.inputs.mps_env import env_values
 from mpskit.inputs.resolve import ResolvedRun
 from mpskit.plan import planner
 from mpskit.plan.advice import plan_duration
@@ -43,7 +43,7 @@ VERSIONED = ("torch", "transformers", "peft", "trl", "llamafactory")
 
 
 def export_environment(run: ResolvedRun) -> dict[str, str]:
-    env = {name: value for name, value, _ in env_for(run.hardware)}
+    env = env_values(run.hardware)
     os.environ.update(env)
     return env
 
@@ -155,7 +155,7 @@ def rebuild_record(path: Path) -> RunDir:
         stage=str(args.get("stage", "")),
         device=device,
         hardware=hardware.as_dict(),
-        environment={name: value for name, value, _ in env_for(hardware)} if device == "mps" else {},
+        environment=env_values(hardware),  # as train records it, whatever the device
         mps_hidden=device == "cpu" and hardware.device == "mps",
         llamafactory_args=args,
         command=["mpskit", "train", "--resume", str(path)],

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from mpskit.inputs.hardware import describe, installed_version, select_hardware
-from mpskit.inputs.mps_env import env_for, watermark_problems
+from mpskit.inputs.mps_env import env_values, watermark_problems
 from mpskit.plan.measure import Case, measure, write_long_data
 
 MPS_VARIABLES = ("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "PYTORCH_MPS_LOW_WATERMARK_RATIO", "PYTORCH_ENABLE_MPS_FALLBACK")
@@ -41,7 +41,7 @@ def run_doctor(hardware: str | None = None, model: str | None = None) -> int:
     for package in PACKAGES[2:]:
         print(f"{package:24} {installed_version(package)}")
 
-    recommended = {name: value for name, value, _ in env_for(hw)}
+    recommended = env_values(hw)
     lines, problems = environment_report(dict(os.environ), recommended)
     print("\nMPS environment in force")
     print("\n".join(f"  {line}" for line in lines))
