@@ -84,8 +84,9 @@ def load_yaml(path: Path) -> dict:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(err, "problem", None) or ""
+        detail = f": {problem}" if problem else ""
         fix = "keep one of them" if "given twice" in problem else "fix the syntax (indentation, colons)"
-        raise MpskitError(f"{path} is not valid YAML{where}{': ' * bool(problem)}{problem}", fix) from err
+        raise MpskitError(f"{path} is not valid YAML{where}{detail}", fix) from err
     except RecursionError:
         raise MpskitError(f"{path} nests values deeper than Python reads", "write a flat key: value file") from None
     if _expands_past(data, MAX_YAML_NODES):

@@ -136,7 +136,7 @@ def check_resume_from(checkpoint: str | None, args: dict) -> None:
         saved_rank = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get("r")
     except (OSError, ValueError, AttributeError):
         return  # not a LoRA checkpoint
-    rank = args.get("lora_rank", 8)
+    rank = from_args(args).lora_rank  # LLaMA-Factory's default where the run sets none
     if args.get("finetuning_type", "lora") == "lora" and saved_rank is not None and saved_rank != rank:
         raise MpskitError(
             f"resume_from_checkpoint {path} holds a LoRA adapter of rank {saved_rank}; this run's lora_rank is {rank}",
