@@ -37,7 +37,7 @@ def _resolve_from_words(words: list[str], typed: bool = True):
         from mpskit.engine import lf
 
         given.values.update(lf.typed_words(given.word_texts))
-    return resolve(given.values, hardware=given.hardware), given.output
+    return resolve(given.values, hardware=given.hardware, run_file=bool(given.run_file)), given.output
 
 
 def _note_cuda_only(run) -> None:
@@ -86,6 +86,8 @@ def cmd_ls(ns: argparse.Namespace) -> int:
 
 def cmd_config(words: list[str]) -> int:
     from mpskit.engine import lf
+    from mpskit.inputs.optional_packages import missing_packages
+    from mpskit.recipes.changes import say_changes
     from mpskit.recipes.checks import check_with_engine, prepare
     from mpskit.rundir import new_run_dir
 
@@ -96,8 +98,11 @@ def cmd_config(words: list[str]) -> int:
         raise MpskitError(f"{output} already exists", "give -o a new file, or add --force to replace it")
     run, _ = prepare(run, need_weights=False)
     check_with_engine(run.args)
+    for problem, fix in missing_packages(run.args):  # a config may be written for another machine
+        warn(f"{problem} here ({fix})")
     args = dict(run.args)
     args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))
+    say_changes(run, args)
     if output:
         lf.write_yaml(args, output)
         print(f"mpskit: wrote {output}", file=sys.stderr)

@@ -105,6 +105,7 @@ class RunRecord:
     mps_hidden: bool = False
     llamafactory_args: dict = field(default_factory=dict)  # exactly what llamafactory.yaml says
     mpskit_args: dict = field(default_factory=dict)  # mpskit's own run keys (lean paths), never in the YAML
+    changed_from_given: dict = field(default_factory=dict)  # no preset: key -> [user's value, written value]
     model_dims: dict = field(default_factory=dict)
     memory: Memory = field(default_factory=Memory)
     duration: Duration = field(default_factory=Duration)

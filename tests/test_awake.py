@@ -24,7 +24,7 @@ def train_as_macos(tmp_path, tiny_model, *words: str) -> tuple[subprocess.Popen,
     (bin_dir / "caffeinate").chmod(0o755)
     log = tmp_path / "caffeinate.log"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CAFFEINATE_LOG": str(log)}
-    command = [sys.executable, "-c", AS_MACOS, "train", "stage=sft", "model_preset=tiny",
+    command = [sys.executable, "-c", AS_MACOS, "train", "preset=sft", "model_preset=tiny",
                f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "max_steps=2",
                "eval_strategy=no", "--hardware", "cpu", *words]  # fmt: skip
     process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

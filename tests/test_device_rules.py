@@ -23,7 +23,7 @@ def fake_cuda_machine(tmp_path):
 
 
 def base(tiny_model) -> list[str]:
-    return ["train", "stage=sft", "model_preset=tiny", f"model_name_or_path={tiny_model}", "max_steps=1"]
+    return ["train", "preset=sft", "model_preset=tiny", f"model_name_or_path={tiny_model}", "max_steps=1"]
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_bf16_where_macos_lacks_it_becomes_fp32_with_a_warning(capsys, tmp_path)
 
 def test_the_planner_offers_qlora_on_cuda_only():
     """A 3B model on an 8 GB Mac: nothing fits, and 4-bit (bitsandbytes, CUDA only) is not proposed."""
-    words = ["stage=sft", "model_preset=qwen2.5-3b", "--json"]
+    words = ["preset=sft", "model_preset=qwen2.5-3b", "--json"]
     mac = run_mpskit("plan", *words, "--hardware", "m1-8gb")
     cuda = run_mpskit("plan", *words, "memory_budget_gb=6", "--hardware", "cuda-24gb")
     assert (mac.returncode, cuda.returncode) == (3, 0)

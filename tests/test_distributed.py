@@ -41,7 +41,7 @@ def test_zero_stage_per_rank_memory():
 def test_config_for_eight_80gb_gpus_names_a_zero_config_and_bf16(tiny_model, tmp_path):
     out = tmp_path / "lf.yaml"
     result = run_mpskit(
-        "config", "stage=foodpo", "model_preset=qwen2.5-3b", f"model_name_or_path={tiny_model}",
+        "config", "preset=foodpo", "model_preset=qwen2.5-3b", f"model_name_or_path={tiny_model}",
         f"dataset_dir={ROOT / 'data'}", "--hardware", "cuda-8x80gb", "-o", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -53,7 +53,7 @@ def test_config_for_eight_80gb_gpus_names_a_zero_config_and_bf16(tiny_model, tmp
 
 
 def test_plan_shows_per_process_memory_for_eight_gpus():
-    result = run_mpskit("plan", "stage=foodpo", "model_preset=qwen2.5-3b", "--hardware", "cuda-8x80gb")
+    result = run_mpskit("plan", "preset=foodpo", "model_preset=qwen2.5-3b", "--hardware", "cuda-8x80gb")
     assert result.returncode == 0, result.stderr
     assert "budget     79.00 GB per process" in result.stdout
     assert "per process of 8" in result.stdout and "ZeRO-2" in result.stdout
@@ -62,7 +62,7 @@ def test_plan_shows_per_process_memory_for_eight_gpus():
 @pytest.mark.e2e
 @pytest.mark.parametrize("stage", ["sft", "dpo", "foodpo"])
 def test_two_processes_train_through_torchrun_on_this_cpu(tmp_path, tiny_model, stage):
-    words = [f"stage={stage}", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
+    words = [f"preset={stage}", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
              "cutoff_len=128", "num_train_epochs=1", "logging_steps=2", "device=cpu"]  # fmt: skip
     result = run_mpskit("train", *words, cwd=tmp_path, env={"NPROC_PER_NODE": "2"})
     assert result.returncode == 0, result.stderr[-3000:]

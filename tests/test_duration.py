@@ -61,7 +61,7 @@ def test_rows_are_counted_in_local_json_files_only(tmp_path):
     assert training_rows({**args, "dataset": "a,b", "max_samples": 10}) == 17  # per dataset, as LLaMA-Factory
     assert training_rows({**args, "dataset": "a,c"}) is None  # a CSV: LLaMA-Factory's to count
     assert training_rows({**args, "dataset": "missing"}) is None
-    text = run_mpskit("plan", "stage=sft", "model_preset=qwen2.5-0.5b", "--hardware", "m1-pro-16gb",
+    text = run_mpskit("plan", "preset=sft", "model_preset=qwen2.5-0.5b", "--hardware", "m1-pro-16gb",
                       f"dataset_dir={tmp_path}", "dataset=c").stdout  # fmt: skip
     assert "steps unknown" in text and "set max_steps" in text
 
@@ -97,7 +97,7 @@ def plan_json(*words: str, cwd: Path = ROOT) -> dict:
 
 
 def test_plan_predicts_the_step_and_the_run_from_the_profiles_figures():
-    words = ["stage=sft", "model_preset=qwen2.5-0.5b", f"dataset_dir={DATA}", "dataset=demo_sft"]
+    words = ["preset=sft", "model_preset=qwen2.5-0.5b", f"dataset_dir={DATA}", "dataset=demo_sft"]
     m1 = plan_json(*words, "--hardware", "m1-pro-16gb")
     duration = m1["duration"]
     rows = len(json.loads((DATA / "demo_sft.json").read_text()))
@@ -117,7 +117,7 @@ def test_plan_predicts_the_step_and_the_run_from_the_profiles_figures():
 @pytest.mark.e2e
 def test_probe_times_real_steps_and_leaves_nothing_behind(tmp_path, tiny_model):
     before = set(Path(tempfile.gettempdir()).glob("mpskit-probe-*"))
-    words = ["stage=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={DATA}", "template=qwen", "max_steps=20"]
+    words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={DATA}", "template=qwen", "max_steps=20"]
     plan = plan_json(*words, "--probe", cwd=tmp_path)
     probe = plan["probe"]
     assert len(probe["step_seconds"]) == 4 and all(s > 0 for s in probe["step_seconds"])
@@ -134,7 +134,7 @@ def test_a_probe_that_fails_says_why_in_one_line(tmp_path, tiny_model):
     no_weights = tmp_path / "no-weights"
     no_weights.mkdir()
     (no_weights / "config.json").write_text((tiny_model / "config.json").read_text())
-    words = ["stage=sft", f"model_name_or_path={no_weights}", f"dataset_dir={DATA}", "template=qwen"]
+    words = ["preset=sft", f"model_name_or_path={no_weights}", f"dataset_dir={DATA}", "template=qwen"]
     result = run_mpskit("plan", *words, "--probe", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "the probe failed" in result.stderr.strip().splitlines()[-1], result.stderr
@@ -145,7 +145,7 @@ def test_a_probe_that_fails_says_why_in_one_line(tmp_path, tiny_model):
 def test_sigterm_during_a_probe_leaves_no_temporary_folder(tmp_path, tiny_model):
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    words = ["stage=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={DATA}", "template=qwen", "max_steps=20"]
+    words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={DATA}", "template=qwen", "max_steps=20"]
     env = {**os.environ, "TMPDIR": str(temporary), "HF_HUB_OFFLINE": "1"}
     child = subprocess.Popen([sys.executable, "-m", "mpskit.cli", "plan", *words, "--probe"], cwd=tmp_path, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip

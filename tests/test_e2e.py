@@ -16,7 +16,7 @@ FAST = ["learning_rate=5e-3", "num_train_epochs=2", "cutoff_len=128", f"dataset_
 
 
 def train(tmp_path: Path, tiny_model: Path, stage: str) -> Path:
-    result = run_mpskit("train", f"stage={stage}", f"model_name_or_path={tiny_model}", *FAST, cwd=tmp_path)
+    result = run_mpskit("train", f"preset={stage}", f"model_name_or_path={tiny_model}", *FAST, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     return (tmp_path / "output" / f"{stage}-model" / "latest").resolve()
 
@@ -123,7 +123,7 @@ def llamafactory_cli_train(tmp_path: Path, *words: str) -> tuple[subprocess.Comp
 @pytest.mark.parametrize("stage", ["sft", "dpo"])
 def test_written_yaml_runs_unchanged_with_llamafactory_cli(tmp_path, tiny_model, stage):
     done, out = llamafactory_cli_train(
-        tmp_path, f"stage={stage}", f"model_name_or_path={tiny_model}", *FAST, "num_train_epochs=1"
+        tmp_path, f"preset={stage}", f"model_name_or_path={tiny_model}", *FAST, "num_train_epochs=1"
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "adapter_model.safetensors").is_file()

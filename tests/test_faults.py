@@ -41,7 +41,7 @@ def error_line(stderr: str) -> str:
 
 
 def test_full_disk_stops_keeps_the_last_checkpoint_and_resume_finishes_the_same_run(tmp_path, tiny_model):
-    words = ["train", "stage=sft", f"model_name_or_path={tiny_model}", *SHORT]
+    words = ["train", "preset=sft", f"model_name_or_path={tiny_model}", *SHORT]
     whole = run_mpskit(*words, "run_name=whole", cwd=tmp_path)
     assert whole.returncode == 0, whole.stderr[-3000:]
 
@@ -71,7 +71,7 @@ def test_full_disk_stops_keeps_the_last_checkpoint_and_resume_finishes_the_same_
 
 
 def start(tmp_path: Path, tiny_model: Path, name: str, steps: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "mpskit.cli", "train", "stage=sft", f"model_name_or_path={tiny_model}", *SHORT,
+    command = [sys.executable, "-m", "mpskit.cli", "train", "preset=sft", f"model_name_or_path={tiny_model}", *SHORT,
                f"max_steps={steps}", f"run_name={name}"]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen(
@@ -135,7 +135,7 @@ def nan_model(tiny_model: Path, out: Path) -> Path:
 @pytest.mark.parametrize("stage", ["sft", "dpo"])
 def test_a_run_that_trains_to_nan_stops_there_and_is_not_a_success(tmp_path, tiny_model, stage):
     model = nan_model(tiny_model, tmp_path / "nan-model")
-    result = run_mpskit("train", f"stage={stage}", f"model_name_or_path={model}", *SHORT, *STAGE_DATA[stage],
+    result = run_mpskit("train", f"preset={stage}", f"model_name_or_path={model}", *SHORT, *STAGE_DATA[stage],
                         "run_name=nan", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 2
     assert "training diverged at step 1" in error_line(result.stderr)
@@ -164,7 +164,7 @@ MOVES = {
 @pytest.mark.parametrize("rung", list(RUNGS))
 @pytest.mark.parametrize("stage", list(STAGE_DATA))
 def test_every_rung_of_the_ladder_ends_in_a_finished_run(tmp_path, tiny_model, stage, rung):
-    words = [f"stage={stage}", f"model_name_or_path={tiny_model}", *[w for w in SHORT if "cutoff_len" not in w]]
+    words = [f"preset={stage}", f"model_name_or_path={tiny_model}", *[w for w in SHORT if "cutoff_len" not in w]]
     words += [*STAGE_DATA[stage], "max_steps=4", *RUNGS[rung], *([] if rung == "cutoff_len" else ["cutoff_len=128"])]
     result = run_mpskit("train", *words, "run_name=ladder", cwd=tmp_path, env={"MPSKIT_FAKE_OOM_AT_STEP": "3"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -184,7 +184,7 @@ def test_every_rung_of_the_ladder_ends_in_a_finished_run(tmp_path, tiny_model, s
 
 
 def test_resume_from_checkpoint_of_another_run_is_honoured(tmp_path, tiny_model):
-    words = ["train", "stage=sft", f"model_name_or_path={tiny_model}", *SHORT]
+    words = ["train", "preset=sft", f"model_name_or_path={tiny_model}", *SHORT]
     first = run_mpskit(*words, "max_steps=4", "run_name=first", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     checkpoint = run_dir_of(tmp_path, "first") / "checkpoint-2"
@@ -214,7 +214,7 @@ def test_a_real_full_disk_mid_run_keeps_the_record_and_resume_finishes(tmp_path,
     run continued: whatever write fails next (a log line, a checkpoint, the record), it stops with one
     line, mpskit.json stays whole, and once space is freed --resume finishes the same run."""
     run_dir = small_disk / "run"
-    command = [sys.executable, "-m", "mpskit.cli", "train", "stage=sft", f"model_name_or_path={tiny_model}", *SHORT,
+    command = [sys.executable, "-m", "mpskit.cli", "train", "preset=sft", f"model_name_or_path={tiny_model}", *SHORT,
                "memory_budget_gb=1000", f"output_dir={run_dir}"]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     child = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env)

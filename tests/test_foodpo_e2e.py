@@ -17,11 +17,11 @@ SHORT = [*FAST, "max_steps=8", "logging_steps=1", "eval_strategy=no", "save_step
 
 
 def test_scale_zero_gives_exactly_llamafactory_dpo(tmp_path, tiny_model):
-    done, dpo_dir = llamafactory_cli_train(tmp_path, "stage=dpo", f"model_name_or_path={tiny_model}", *SHORT)
+    done, dpo_dir = llamafactory_cli_train(tmp_path, "preset=dpo", f"model_name_or_path={tiny_model}", *SHORT)
     assert done.returncode == 0, done.stderr[-3000:]
 
     foo = run_mpskit(
-        "train", "stage=foodpo", "pref_beta_scale=0", f"model_name_or_path={tiny_model}", *SHORT, cwd=tmp_path
+        "train", "preset=foodpo", "pref_beta_scale=0", f"model_name_or_path={tiny_model}", *SHORT, cwd=tmp_path
     )
     assert foo.returncode == 0, foo.stderr[-3000:]
     foo_dir = (tmp_path / "output" / "foodpo-model" / "latest").resolve()
@@ -33,7 +33,7 @@ def test_scale_zero_gives_exactly_llamafactory_dpo(tmp_path, tiny_model):
 
 def test_foodpo_learns_and_logs_its_beta(tmp_path, tiny_model):
     result = run_mpskit(
-        "train", "stage=foodpo", "pref_beta_scale=0.2", f"model_name_or_path={tiny_model}", *FAST, cwd=tmp_path
+        "train", "preset=foodpo", "pref_beta_scale=0.2", f"model_name_or_path={tiny_model}", *FAST, cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = (tmp_path / "output" / "foodpo-model" / "latest").resolve()
@@ -60,7 +60,7 @@ def test_foodpo_learns_and_logs_its_beta(tmp_path, tiny_model):
 
 
 def test_plain_llamafactory_refuses_a_foodpo_yaml(tmp_path, tiny_model):
-    done, _ = llamafactory_cli_train(tmp_path, "stage=foodpo", f"model_name_or_path={tiny_model}", *SHORT)
+    done, _ = llamafactory_cli_train(tmp_path, "preset=foodpo", f"model_name_or_path={tiny_model}", *SHORT)
     assert done.returncode != 0  # never a silent plain-DPO run
 
 

@@ -242,7 +242,7 @@ def test_a_run_logs_the_losses_of_the_run_without_it(tmp_path, tiny_model, stage
 
     short = ["max_steps=6", "logging_steps=1", "eval_strategy=no", "save_steps=1000", "bf16=false"]
     scale = ["pref_beta_scale=0.5"] if stage == "foodpo" else []
-    words = [f"stage={stage}", f"model_name_or_path={tiny_model}", *FAST, *short, *scale]
+    words = [f"preset={stage}", f"model_name_or_path={tiny_model}", *FAST, *short, *scale]
     rows = {}
     for lean in ("true", "false"):
         result = run_mpskit("train", *words, f"run_name={lean}", f"lean_attention={lean}", cwd=tmp_path)

@@ -197,7 +197,7 @@ def test_lean_run_logs_the_losses_of_the_plain_run(tmp_path, tiny_model, stage):
     # float32 (a CUDA plan would take bf16, where matrix products of different shapes round differently)
     short = ["max_steps=6", "logging_steps=1", "eval_strategy=no", "save_steps=1000", "bf16=false"]
     scale = ["pref_beta_scale=0.5"] if stage == "foodpo" else []
-    words = [f"stage={stage}", f"model_name_or_path={tiny_model}", *FAST, *short, *scale]
+    words = [f"preset={stage}", f"model_name_or_path={tiny_model}", *FAST, *short, *scale]
 
     def mpskit_run(name: str, *extra: str) -> Path:
         result = run_mpskit("train", *words, f"run_name={name}", *extra, cwd=tmp_path)

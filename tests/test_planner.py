@@ -92,7 +92,7 @@ def test_resolve_separates_pinned_from_auto_knobs():
 
 
 def test_plan_prints_a_verdict_and_a_choice_for_qwen15_foodpo_on_16gb_m1_pro():
-    result = run_mpskit("plan", "stage=foodpo", "model_preset=qwen1.5-0.5b", "--hardware", "m1-pro-16gb")
+    result = run_mpskit("plan", "preset=foodpo", "model_preset=qwen1.5-0.5b", "--hardware", "m1-pro-16gb")
     assert result.returncode == 0, result.stderr
     assert "verdict    fits" in result.stdout
     assert "chosen     batch" in result.stdout
@@ -103,7 +103,7 @@ def test_plan_prints_a_verdict_and_a_choice_for_qwen15_foodpo_on_16gb_m1_pro():
 
 
 def test_plan_says_3b_on_8gb_m1_does_not_fit_and_what_would():
-    result = run_mpskit("plan", "stage=sft", "model_preset=qwen2.5-3b", "--hardware", "m1-8gb")
+    result = run_mpskit("plan", "preset=sft", "model_preset=qwen2.5-3b", "--hardware", "m1-8gb")
     assert result.returncode == 3, result.stderr  # the report, and an exit code scripts can test
     assert "NO SETTING FITS" in result.stdout
     assert "GB over the budget" in result.stdout
@@ -126,7 +126,7 @@ def test_plan_json_and_no_torch_import():
 
 def test_training_refuses_a_run_no_setting_fits(tmp_path, tiny_model):
     result = run_mpskit(
-        "train", "stage=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",
+        "train", "preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",
         "memory_budget_gb=0.01", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 2

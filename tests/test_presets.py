@@ -102,9 +102,10 @@ def test_seed_no_cuda_means_cpu():
     assert run.device == "cpu" and "no_cuda" not in run.args
 
 
-def test_fp16_on_cpu_is_refused():
-    with pytest.raises(MpskitError, match="fp16"):
-        resolve({"stage": "sft", "model_preset": "tiny", "fp16": True}, hardware="cpu")
+def test_fp16_on_cpu_runs_with_a_note(capsys):
+    """LLaMA-Factory trains fp16 on the CPU (torch autocasts there); tests/test_user_configs.py trains it."""
+    assert resolve({"stage": "sft", "model_preset": "tiny", "fp16": True}, hardware="cpu").args["fp16"] is True
+    assert "fp16 on the CPU" in capsys.readouterr().err
 
 
 def test_cuda_profiles_use_bf16():
@@ -125,7 +126,7 @@ def test_a_preset_that_extends_itself_is_refused(tmp_path):
     loop = tmp_path / "loop.yaml"
     loop.write_text(f"extends: {loop}\nargs: {{stage: sft}}\n")
     with pytest.raises(MpskitError, match="leads back to itself"):
-        resolve({"stage": str(loop), "model_preset": "tiny"}, hardware="cpu")
+        resolve({"preset": str(loop), "model_preset": "tiny"}, hardware="cpu")
 
 
 def test_scripts_train_the_presets_own_model_unless_model_path_is_set(tmp_path):
@@ -153,3 +154,11 @@ def test_a_users_own_dataset_is_never_evaluated_on_the_demo_set(capsys, tmp_path
     assert given.args["eval_strategy"] == "epoch" and given.args["val_size"] == 0.1
     demo = resolve({"stage": "dpo", "model_preset": "tiny"}, "cpu")  # the demo keeps its evaluation set
     assert demo.args["eval_dataset"] == "demo_pref_eval"
+
+
+def test_pure_bf16_follows_the_bf16_device_rule(capsys):
+    """LLaMA-Factory refuses pure_bf16 where torch has no bf16 accelerator; mpskit runs fp32 there, said."""
+    user = {"stage": "sft", "model_preset": "tiny", "pure_bf16": True}
+    assert resolve(dict(user), hardware="cpu").args["pure_bf16"] is False
+    assert "pure_bf16 needs an accelerator" in capsys.readouterr().err
+    assert resolve(dict(user), hardware="cuda-80gb").args["pure_bf16"] is True

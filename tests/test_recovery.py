@@ -17,7 +17,7 @@ from test_e2e import losses
 from mpskit.rundir import incomplete_reason
 
 pytestmark = pytest.mark.e2e
-RUN = ["stage=sft", "template=qwen", f"dataset_dir={ROOT / 'data'}", "cutoff_len=128", "learning_rate=5e-3"]
+RUN = ["preset=sft", "template=qwen", f"dataset_dir={ROOT / 'data'}", "cutoff_len=128", "learning_rate=5e-3"]
 
 
 def log_rows(run_dir: Path) -> list[dict]:

@@ -58,7 +58,7 @@ def test_a_seed_style_command_line_writes_its_config(tiny_model, tmp_path):
     from conftest import run_mpskit
 
     result = run_mpskit(
-        "config", "stage=foodpo", f"model_name_or_path={tiny_model}", "template=qwen", f"dataset_dir={ROOT / 'data'}",
+        "config", "preset=foodpo", f"model_name_or_path={tiny_model}", "template=qwen", f"dataset_dir={ROOT / 'data'}",
         "--group_by_length", "false", "--overwrite_output_dir", "true", "--per_gpu_train_batch_size", "2",
         cwd=tmp_path,
     )  # fmt: skip

@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, run_mpskit
 
 pytestmark = pytest.mark.e2e
-WORDS = ["train", "stage=sft", "template=qwen", f"dataset_dir={ROOT / 'data'}", "dataset=demo_sft",
+WORDS = ["train", "preset=sft", "template=qwen", f"dataset_dir={ROOT / 'data'}", "dataset=demo_sft",
          "cutoff_len=128", "learning_rate=5e-3", "max_steps=6", "save_steps=3", "logging_steps=1", "eval_dataset=",
          "eval_strategy=no"]  # fmt: skip
 KILL_AFTER_SAVE = "MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP"

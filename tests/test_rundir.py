@@ -102,7 +102,7 @@ def test_config_force_over_a_link_replaces_the_link_not_the_file_it_points_at(tm
     own.write_text("stage: sft\n")
     link = tmp_path / "link.yaml"
     link.symlink_to(own)
-    words = ["stage=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen"]
+    words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen"]
     result = run_mpskit("config", *words, "-o", str(link), "--force", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert own.read_text() == "stage: sft\n"

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.e2e
 @pytest.mark.parametrize("stage", ["pt", "rm", "kto"])
 def test_unplanned_stage_trains_and_says_it_has_no_plan(stage, tmp_path, tiny_model):
     result = run_mpskit(
-        "train", f"stage={stage}", f"model_name_or_path={tiny_model}", "template=qwen", f"dataset_dir={ROOT / 'data'}",
+        "train", f"preset={stage}", f"model_name_or_path={tiny_model}", "template=qwen", f"dataset_dir={ROOT / 'data'}",
         "max_steps=2", "logging_steps=1", "eval_strategy=no", "run_name=stage", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -28,7 +28,7 @@ def test_unplanned_stage_trains_and_says_it_has_no_plan(stage, tmp_path, tiny_mo
 
 
 def test_plan_for_an_unplanned_stage_is_one_line():
-    result = run_mpskit("plan", "stage=rm", "model_preset=qwen2.5-0.5b", "--hardware", "m1-pro-16gb")
+    result = run_mpskit("plan", "preset=rm", "model_preset=qwen2.5-0.5b", "--hardware", "m1-pro-16gb")
     assert result.returncode == 2 and "the memory plan covers sft, dpo, foodpo, not rm" in result.stderr
 
 
@@ -41,7 +41,7 @@ def test_every_stage_trains_with_resumable_checkpoints():
 
 @pytest.mark.parametrize("stage", ["pt", "rm", "kto"])
 def test_unplanned_stage_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(stage, tmp_path, tiny_model):
-    words = ["train", f"stage={stage}", f"model_name_or_path={tiny_model}", "template=qwen",
+    words = ["train", f"preset={stage}", f"model_name_or_path={tiny_model}", "template=qwen",
              f"dataset_dir={ROOT / 'data'}", "max_steps=4", "save_steps=2", "logging_steps=1",
              "eval_strategy=no"]  # fmt: skip
     whole = run_mpskit(*words, "run_name=whole", cwd=tmp_path)

@@ -16,7 +16,7 @@ def training(tmp_path_factory, tiny_model) -> tuple[Path, str]:
     """A finished 3-step SFT run on the tiny model: its folder and what it printed."""
     work = tmp_path_factory.mktemp("use_run")
     result = run_mpskit(
-        "train", "stage=sft", "model_preset=tiny", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",
+        "train", "preset=sft", "model_preset=tiny", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",
         "max_steps=3", "logging_steps=1", "eval_strategy=no", "learning_rate=0.05", "--hardware", "cpu", cwd=work,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
@@ -100,7 +100,7 @@ def test_chat_without_a_finished_adapter_says_so(tmp_path):
 def test_eval_judges_runs_on_held_out_pairs_against_the_base_model(finished_run, tiny_model, tmp_path):
     work = tmp_path
     dpo = run_mpskit(
-        "train", "stage=dpo", "model_preset=tiny", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",
+        "train", "preset=dpo", "model_preset=tiny", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",
         "max_steps=8", "learning_rate=5e-3", "eval_strategy=no", "run_name=dpo", "--hardware", "cpu", cwd=work,
     )  # fmt: skip
     assert dpo.returncode == 0, dpo.stderr[-2000:]

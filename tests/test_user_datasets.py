@@ -46,7 +46,7 @@ def write_user_folder(folder):
 def test_a_users_own_dataset_trains_with_nothing_else_named(stage, dataset, tmp_path, tiny_model):
     folder = write_user_folder(tmp_path / "my_data")
     result = run_mpskit(
-        "train", f"stage={stage}", f"dataset={dataset}", f"dataset_dir={folder}",
+        "train", f"preset={stage}", f"dataset={dataset}", f"dataset_dir={folder}",
         f"model_name_or_path={tiny_model}", "template=qwen", "max_steps=2", "run_name=mine", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

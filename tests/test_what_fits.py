@@ -36,7 +36,7 @@ def test_lean_attention_brings_the_macs_within_a_step_of_the_cpu():
 def test_a_16_gb_mac_plans_foodpo_at_4096_for_qwen25_15b():
     from conftest import run_mpskit
 
-    words = ["stage=foodpo", "model_preset=qwen2.5-1.5b", "cutoff_len=4096", "min_cutoff_len=4096"]
+    words = ["preset=foodpo", "model_preset=qwen2.5-1.5b", "cutoff_len=4096", "min_cutoff_len=4096"]
     result = run_mpskit("plan", *words, "--hardware", "m1-pro-16gb")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "lean attention" in result.stdout and "cutoff_len 4096" in result.stdout

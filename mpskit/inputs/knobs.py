@@ -55,6 +55,7 @@ KEYS = {
 PLANNER_KEYS = tuple(key for keys in KEYS.values() for key in keys)
 ATTENTION = {"disabled": "eager", "fa2": "fa2"}  # flash_attn value -> Knobs.attention; anything else: sdpa
 DEFAULT_OPTIM = "adamw_torch"
+DEFAULT_BATCH = 8  # transformers' per_device_train_batch_size when a run file leaves it out
 EIGHT_BIT_OPTIM = "paged_adamw_8bit"
 # The give-up order's floors: what the planner and the ladder lower no further.
 MIN_LORA_RANK = 4
@@ -70,7 +71,11 @@ def free_knobs(pinned: set[str]) -> set[str]:
 
 def effective_batch(args: dict) -> int:
     """Sequences (or pairs) per optimizer step and process: micro-batch x accumulation."""
-    return int(args.get("per_device_train_batch_size", 1)) * int(args.get("gradient_accumulation_steps", 1))
+    return micro_batch(args) * int(args.get("gradient_accumulation_steps", 1))
+
+
+def micro_batch(args: dict) -> int:
+    return int(args.get("per_device_train_batch_size", DEFAULT_BATCH))
 
 
 def deepspeed_file(stage: int) -> str:
@@ -91,7 +96,7 @@ def zero_stage_of(path: str | None) -> int:
 def from_args(args: dict, world_size: int = 1) -> Knobs:
     """The knobs a set of LLaMA-Factory arguments asks for."""
     return Knobs(
-        batch=int(args.get("per_device_train_batch_size", 1)),
+        batch=micro_batch(args),
         cutoff_len=int(args.get("cutoff_len", 2048)),
         lora_rank=int(args.get("lora_rank", 8)),
         checkpointing=not args.get("disable_gradient_checkpointing", False),

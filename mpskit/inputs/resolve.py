@@ -1,11 +1,17 @@
 """YAML layers -> one resolved run: the exact LLaMA-Factory arguments plus what mpskit decided.
 
 Layers, later wins: stage preset < model preset < device rules < hardware profile's pinned args <
-the user's run file and key=value words. No torch import here.
+the user's run file and key=value words. A stage preset is a layer only where it is asked for:
+`preset: NAME` (in a run file or as a word), or, with no run file, `model_preset=NAME` beside
+`stage=NAME` (mpskit's own command line). A LLaMA-Factory run file, or words that name a stage alone,
+mean what they say under llamafactory-cli: mpskit adds device rules and the planner's choices, and the
+recipe names every key it wrote beside them (changes.py). No torch import here.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,13 +20,25 @@ from mpskit.errors import MpskitError, warn
 from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
 from mpskit.inputs.knobs import PLANNER_KEYS
 from mpskit.inputs.launch import process_layout
-from mpskit.inputs.presets import demo_data_dir, load_yaml, merge, preset_names, resolve_preset_file
+from mpskit.inputs.presets import demo_data_dir, load_yaml, merge, resolve_preset_file
 from mpskit.inputs.removed_keys import translate_removed_keys
 from mpskit.inputs.validate import check_args, check_number, check_value
+from mpskit.stages import STAGES
 
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
-MPSKIT_KEYS = ("model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len", "keep_awake")
+MPSKIT_KEYS = (
+    "preset",
+    "model_preset",
+    "hardware",
+    "device",
+    "run_name",
+    "memory_budget_gb",
+    "min_cutoff_len",
+    "keep_awake",
+)
 DEVICES = ("auto", "mps", "cuda", "cpu")
+DO_KEYS = ("do_train", "do_eval", "do_predict")
+PARTNER_KEYS = (("warmup_ratio", "warmup_steps"), ("val_size", "eval_dataset"))
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -40,6 +58,8 @@ class ResolvedRun:
     processes: tuple[int, int] = (1, 1)  # (per node, nodes): more than one launches through torchrun
     limits: dict = field(default_factory=dict)  # memory_budget_gb, min_cutoff_len
     keep_awake: bool = True  # on macOS, caffeinate for the life of the run
+    preset: str | None = None  # the stage preset merged in; None: the user's settings are the run's
+    given: dict = field(default_factory=dict)  # the user's LLaMA-Factory keys, as given
 
     @property
     def world_size(self) -> int:
@@ -94,12 +114,19 @@ def _choose_device(hw: Hardware, asked: str | None, use_cpu: bool) -> str:
 def _check_dtype(args: dict, hw: Hardware, device: str) -> None:
     if args.get("fp16") and args.get("bf16"):
         raise MpskitError("both fp16 and bf16 are true", "set at most one of them")
-    if args.get("fp16") and (device == "cpu" or not fp16_supported(hw)):
-        where = "CPU" if device == "cpu" else f"{hw.kind} with torch {hw.torch}"
-        raise MpskitError(f"fp16 training is not supported on {where}", "set fp16: false (MPS fp16 needs torch >= 2.8)")
+    if args.get("fp16") and device == "cpu":
+        warn("fp16 on the CPU: torch autocasts to float16 there, which trains but is slower than float32")
+    elif args.get("fp16") and not fp16_supported(hw):
+        raise MpskitError(
+            f"fp16 training is not supported on {hw.kind} with torch {hw.torch}",
+            "set fp16: false (MPS fp16 needs torch >= 2.8)",
+        )
     if args.get("bf16") and device != "cpu" and not bf16_supported(hw):
         warn(f"bf16 does not run on {hw.name} (it needs macOS >= 14 and torch >= 2.6, or an Ampere+ GPU); using fp32")
         args["bf16"] = False
+    if args.get("pure_bf16") and (device == "cpu" or not bf16_supported(hw)):  # LLaMA-Factory refuses it there
+        warn(f"pure_bf16 needs an accelerator with bf16 (this run is on {device} of {hw.name}); using fp32")
+        args["pure_bf16"] = False
 
 
 def _checked_dims(dims, source: str) -> dict:
@@ -130,7 +157,18 @@ def cuda_only(args: dict, device: str) -> list[str]:
 
 def _default_run_name(stage: str, model_preset: str | None, model_path: str) -> str:
     model = model_preset or Path(str(model_path).rstrip("/")).name or "model"
-    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{Path(stage).stem}-{model}").lstrip(".")
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{stage}-{model}").lstrip(".")
+
+
+def _user_wins(preset_args: dict, user: dict) -> dict:
+    """A preset's key that transformers or LLaMA-Factory would read against the user's partner key is
+    dropped: warmup_ratio overrides warmup_steps, and val_size cannot stand beside eval_dataset."""
+    preset_args = dict(preset_args)
+    for pair in PARTNER_KEYS:
+        for key, partner in (pair, pair[::-1]):
+            if key in user and partner not in user:
+                preset_args.pop(partner, None)
+    return preset_args
 
 
 def _own_data(user: dict, stage_args: dict) -> bool:
@@ -146,14 +184,8 @@ def _demo_data(args: dict, user: dict, stage_args: dict) -> None:
 
 def _evaluation_for_own_data(args: dict, user: dict, stage_args: dict) -> None:
     """A stage preset's eval_dataset belongs to the demo dataset it names. With a dataset of their
-    own, users are evaluated on what they give (eval_dataset, val_size), or not at all; it is said. A
-    user's val_size always wins over it (LLaMA-Factory takes one or the other)."""
-    if "eval_dataset" not in stage_args or "eval_dataset" in user:
-        return
-    if "val_size" in user:
-        del args["eval_dataset"]
-        return
-    if not _own_data(user, stage_args):
+    own, users are evaluated on what they give (eval_dataset, val_size), or not at all; it is said."""
+    if "eval_dataset" not in args or "eval_dataset" in user or not _own_data(user, stage_args):
         return
     del args["eval_dataset"]
     if "eval_strategy" not in user:
@@ -174,24 +206,43 @@ def _check_run_name(name: str) -> str:
     return name
 
 
-def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) -> ResolvedRun:
-    """Merge presets and the user's choices into one run. `user` is the run file plus overrides."""
+def _check_stage(stage) -> str:
+    if not stage:
+        raise MpskitError("no stage given", f"add stage=... (one of {', '.join(STAGES)}) or preset=NAME")
+    if stage == "ppo":
+        raise MpskitError(
+            "stage ppo is not run by mpskit: it needs a trained reward model and generates at every step",
+            "train the reward model with stage=rm here, then run PPO with llamafactory-cli train",
+        )
+    if str(stage) not in STAGES:
+        close = difflib.get_close_matches(str(stage), STAGES, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise MpskitError(f"unknown stage '{stage}'", f"{hint}mpskit trains {', '.join(STAGES)}")
+    return str(stage)
+
+
+def _stage_preset(own: dict, user: dict, run_file: bool) -> str | None:
+    """The stage preset asked for: `preset`, or with no run file, the stage beside a model_preset."""
+    if own.get("preset"):
+        return str(own["preset"])
+    if not run_file and own.get("model_preset") and user.get("stage"):
+        return str(user["stage"])
+    return None
+
+
+def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, run_file: bool = False) -> ResolvedRun:
+    """Merge presets and the user's choices into one run. `user` is the run file plus overrides;
+    `run_file`: they came from a LLaMA-Factory run file."""
     user = translate_removed_keys(user)
     own = {key: user.pop(key) for key in MPSKIT_KEYS if key in user and key != "run_name"}
     for key in [key for key, value in user.items() if value == "auto"]:
         if key not in PLANNER_KEYS:
             raise MpskitError(f"'{key}: auto' is not a planner knob", f"auto works for {', '.join(PLANNER_KEYS)}")
         del user[key]
-    stage = user.get("stage")
-    if not stage:
-        raise MpskitError("no stage given", f"add stage=... (one of {', '.join(preset_names('stages'))})")
-
-    if stage == "ppo":
-        raise MpskitError(
-            "stage ppo is not run by mpskit: it needs a trained reward model and generates at every step",
-            "train the reward model with stage=rm here, then run PPO with llamafactory-cli train",
-        )
-    stage_args, _, layers = _preset("stages", str(stage))
+    preset = _stage_preset(own, user, run_file)
+    stage = _check_stage(user.get("stage")) if user.get("stage") or not preset else None
+    stage_args, _, layers = _preset("stages", preset) if preset else ({}, {}, [])
+    stage = stage or _check_stage(stage_args.get("stage"))
     model_args, dims = {}, {}
     if own.get("model_preset"):
         model_args, model_data, model_files = _preset("models", str(own["model_preset"]))
@@ -203,10 +254,13 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     device = _choose_device(hw, own.get("device"), bool(user.get("use_cpu")))
     processes = process_layout(hw)
     distributed = {"ddp_backend": "gloo"} if device == "cpu" and processes != (1, 1) else {}
-    args = merge(stage_args, model_args, device_args(hw, device), distributed, hw.args, user)
-    args["stage"] = stage_args.get("stage", stage)
-    _demo_data(args, user, stage_args)
-    _evaluation_for_own_data(args, user, stage_args)
+    trains = {} if preset or run_file or any(key in user for key in DO_KEYS) else {"do_train": True}
+    presets = _user_wins(merge(stage_args, model_args), user)
+    args = merge(presets, trains, device_args(hw, device), distributed, hw.args, user)
+    args["stage"] = stage
+    if preset:
+        _demo_data(args, user, stage_args)
+        _evaluation_for_own_data(args, user, stage_args)
     check_args(args)
     if device == "mps" and args.get("dataloader_num_workers"):
         warn(f"dataloader_num_workers={args['dataloader_num_workers']} on MPS: worker processes fail there; using 0")
@@ -220,10 +274,10 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
     run_name = (
         _check_run_name(str(given))
         if given
-        else _default_run_name(str(stage), own.get("model_preset"), args["model_name_or_path"])
+        else _default_run_name(stage, own.get("model_preset"), args["model_name_or_path"])
     )
     return ResolvedRun(
-        stage=str(stage),
+        stage=stage,
         run_name=run_name,
         hardware=hw,
         device=device,
@@ -234,6 +288,8 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False) 
         processes=processes,
         limits=_limits(own),
         keep_awake=_switch(own, "keep_awake", True),
+        preset=preset,
+        given=dict(user),
     )
 
 
@@ -254,10 +310,11 @@ def _switch(own: dict, key: str, default: bool) -> bool:
 
 
 def absolute_paths(args: dict) -> dict:
-    """Paths that exist relative to here become absolute, so the written YAML runs from anywhere."""
+    """Paths that exist relative to here become absolute, so the written YAML runs from anywhere
+    (links kept as the user named them; an absolute path stays as it is)."""
     args = dict(args)
     for key in ("dataset_dir", "model_name_or_path", "adapter_name_or_path", "deepspeed", "resume_from_checkpoint"):
         value = args.get(key)
         if isinstance(value, str) and Path(value).expanduser().exists():
-            args[key] = str(Path(value).expanduser().resolve())
+            args[key] = os.path.abspath(os.path.expanduser(value))
     return args

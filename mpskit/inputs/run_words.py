@@ -35,6 +35,7 @@ class RunWords:
     word_texts: dict[str, str | None] = field(default_factory=dict)  # no run file: each word's text (None: bare)
     hardware: str | None = None
     output: str | None = None
+    run_file: str | None = None
 
 
 def read_run_words(words: list[str]) -> RunWords:
@@ -52,7 +53,7 @@ def read_run_words(words: list[str]) -> RunWords:
     except (OmegaConfBaseException, ValueError) as err:
         first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise MpskitError(f"cannot merge {run_file} with {' '.join(rest)}: {first_line}", "fix the value") from err
-    return RunWords(values, {}, hardware, output)
+    return RunWords(values, {}, hardware, output, run_file)
 
 
 def _split(words: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:

@@ -24,7 +24,7 @@ RANGES = {
     "num_train_epochs": ("positive", 0.0, None),
     "max_steps": ("int", -1, None),
     "warmup_ratio": ("number", 0.0, 1.0),
-    "warmup_steps": ("int", 0, None),
+    "warmup_steps": ("number", 0.0, None),  # transformers 5: under 1, a share of the steps
     "weight_decay": ("number", 0.0, None),
     "max_grad_norm": ("number", 0.0, None),
     "logging_steps": ("positive", 0.0, None),

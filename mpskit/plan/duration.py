@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 
 from mpskit.inputs.dataset_checks import training_rows
-from mpskit.inputs.knobs import Knobs
+from mpskit.inputs.knobs import Knobs, micro_batch
 from mpskit.plan.memory import ModelDims, sequences_per_step
 from mpskit.stages import stage_of
 
@@ -84,7 +84,7 @@ def optimizer_steps(args: dict, examples: int | None, world_size: int = 1) -> in
         return int(args["max_steps"])
     if not examples:
         return None
-    batch = int(args.get("per_device_train_batch_size", 1))
+    batch = micro_batch(args)
     accumulation = int(args.get("gradient_accumulation_steps", 1))
     batches = math.ceil(examples / (batch * world_size))
     per_epoch = max(math.ceil(batches / accumulation), 1)

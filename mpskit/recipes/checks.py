@@ -18,6 +18,7 @@ from mpskit.errors import MpskitError, warn
 from mpskit.inputs.dataset_checks import check_conversion, check_datasets
 from mpskit.inputs.hardware import nvidia_gpus
 from mpskit.inputs.knobs import from_args
+from mpskit.inputs.optional_packages import missing_packages
 from mpskit.inputs.presets import preset_model_dir
 from mpskit.inputs.resolve import ResolvedRun, cuda_only
 from mpskit.plan import advice
@@ -49,6 +50,35 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
             "what would fit: " + "; ".join(memory_plan.would_fit[1:]) + " (see `mpskit plan`)",
         )
     return planned, memory_plan
+
+
+def check_trains(args: dict) -> None:
+    """`mpskit train` trains: a file that predicts, evaluates or exports is run by the command made for
+    it, and a file that does none of these would load the model and stop."""
+    if args.get("do_train"):
+        return
+    if args.get("do_predict") or args.get("do_eval"):
+        what = "predicts" if args.get("do_predict") else "evaluates"
+        raise MpskitError(
+            f"this run {what} and does not train (do_train is not true)",
+            "run the file with llamafactory-cli train FILE, or use mpskit eval RUN_DIR for a run mpskit trained",
+        )
+    if args.get("export_dir"):
+        raise MpskitError(
+            "this file exports a model (export_dir) and does not train",
+            "run it with llamafactory-cli export FILE, or mpskit export RUN_DIR for a run mpskit trained",
+        )
+    raise MpskitError(
+        "nothing to train: do_train is not true (LLaMA-Factory would load the model and stop)",
+        "add do_train: true, or preset: NAME for one of mpskit's stage presets",
+    )
+
+
+def check_packages(args: dict) -> None:
+    """Packages the arguments ask for (report_to: wandb, use_galore, ...) are installed."""
+    missing = missing_packages(args)
+    if missing:
+        raise MpskitError(*missing[0])
 
 
 def check_with_engine(args: dict) -> None:

@@ -22,7 +22,8 @@ from mpskit.inputs.resolve import ResolvedRun
 from mpskit.plan import planner
 from mpskit.plan.advice import plan_duration
 from mpskit.plan.memory import GB
-from mpskit.recipes.checks import check_device, check_disk, check_with_engine, prepare
+from mpskit.recipes.changes import say_changes
+from mpskit.recipes.checks import check_device, check_disk, check_packages, check_trains, check_with_engine, prepare
 from mpskit.run.attempts import run_attempts
 from mpskit.run.awake import kept_awake
 from mpskit.rundir import (
@@ -54,6 +55,7 @@ def write_run_dir(
     path = new_run_dir(run.run_name, run.args.get("output_dir"))
     args = {key: value for key, value in run.args.items() if key not in lf.LEAN_KEYS}
     args["output_dir"] = written_output_dir(path)
+    changed = say_changes(run, args)
     record = RunRecord(
         run_name=run.run_name,
         stage=run.stage,
@@ -64,6 +66,7 @@ def write_run_dir(
         mps_hidden=run.hide_mps,
         llamafactory_args=args,
         mpskit_args={key: run.args[key] for key in lf.LEAN_KEYS if key in run.args},
+        changed_from_given=changed,
         model_dims=run.model_dims,
         memory=memory_record(memory_plan),
         duration=Duration(**d.as_dict()) if memory_plan and (d := plan_duration(run, memory_plan)) else Duration(),
@@ -107,6 +110,8 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     """Run one training job end to end: write its run folder, then continue it the way `--resume`
     and every torchrun rank do; returns the run directory. The environment and device hiding come
     first, before the key check imports LLaMA-Factory (and torch)."""
+    check_trains(run.args)
+    check_packages(run.args)
     run, memory_plan = prepare(run)
     check_device(run)
     check_disk(run)
