@@ -19,8 +19,10 @@ USAGE_RUN = (
     "mpskit train --resume [RUN_DIR]   continue a stopped or killed run from its last checkpoint\n"
     "    (--rebuild-record: first a new run record from the run's written arguments, when it is damaged)\n"
     "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
-    "  model_preset (configs/models), hardware (configs/hardware), device (auto|mps|cuda|cpu), run_name,\n"
-    "  memory_budget_gb (instead of the hardware's budget), min_cutoff_len (the planner's floor).\n"
+    "  preset (a stage preset under your settings), model_preset (configs/models), hardware\n"
+    "  (configs/hardware), device (auto|mps|cuda|cpu), run_name, memory_budget_gb (instead of the\n"
+    "  hardware's budget), min_cutoff_len (the planner's floor), oom_ladder (keep|adapt).\n"
+    "  dataset= may be a .jsonl/.json file or a folder with train.jsonl (and valid.jsonl).\n"
     "  Batch size, accumulation, checkpointing, LoRA rank, cutoff_len, dtype and flash_attn left unset or\n"
     "  set to `auto` are the planner's to choose; `mpskit plan` shows its choice."
 )
@@ -100,6 +102,9 @@ def cmd_config(words: list[str]) -> int:
     check_with_engine(run.args)
     for problem, fix in missing_packages(run.args):  # a config may be written for another machine
         warn(f"{problem} here ({fix})")
+    if run.datasets:
+        warn(f"dataset_dir {run.args['dataset_dir']} is a temporary registration of the plain data files: "
+             "mpskit train registers them in the run folder; for llamafactory-cli, register them yourself")  # fmt: skip
     args = dict(run.args)
     args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))
     say_changes(run, args)
@@ -119,6 +124,7 @@ def cmd_plan(words: list[str]) -> int:
     """The memory plan for a run and how long it takes; no torch import, so it answers at once (with
     --probe, after timing a few real steps). Exit code 3 when no setting fits, so scripts can tell."""
     from mpskit.engine import lf
+    from mpskit.inputs.dataset_checks import check_datasets
     from mpskit.plan.advice import plan_duration, plan_run
     from mpskit.plan.plan_report import plan_as_dict, plan_lines
     from mpskit.plan.probe import check_probe_machine, probe
@@ -128,6 +134,7 @@ def cmd_plan(words: list[str]) -> int:
     run, _ = _resolve_from_words(words, typed=False)
     _note_cuda_only(run)
     lf.check_keys(run.args, lf.key_names())
+    check_datasets(run.args, rows=False)  # names and stage as train checks them; rows only there
     if probing:
         check_probe_machine(run.hardware)
     memory_plan = plan_run(run)

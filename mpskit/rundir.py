@@ -317,9 +317,12 @@ class RunDir:
         return cls(path, read_record(path))
 
     @classmethod
-    def create(cls, path: Path, record: RunRecord, yaml_text: str) -> RunDir:
-        """A new run folder (or the user's empty output_dir) with its llamafactory.yaml and record."""
+    def create(cls, path: Path, record: RunRecord, yaml_text: str, files: dict[str, str] | None = None) -> RunDir:
+        """A new run folder (or the user's empty output_dir) with its llamafactory.yaml and record, after
+        the FILES it reads (name -> text: a dataset_info.json of plain data files)."""
         path.mkdir(parents=True, exist_ok=True)
+        for name, text in (files or {}).items():
+            write_atomic(path / name, text)
         run = cls(path, record)
         write_atomic(run.path / YAML, yaml_text)
         run.save()
@@ -344,8 +347,11 @@ class RunDir:
 
     def train_args(self) -> dict:
         """What a training attempt runs with: the YAML's arguments, mpskit's own keys from the record,
-        and this folder as output_dir wherever it now is (a copied or moved run trains there only)."""
-        return {**self.yaml_args(), **self.record.mpskit_args, "output_dir": str(self.path)}
+        and this folder as output_dir wherever it now is (a copied or moved run trains there only); the
+        same for dataset_dir where the data is registered in the folder itself (plain data files)."""
+        args = self.yaml_args()
+        own_data = {"dataset_dir": str(self.path)} if args.get("dataset_dir") == args.get("output_dir") else {}
+        return {**args, **self.record.mpskit_args, "output_dir": str(self.path), **own_data}
 
     def results(self, folder: Path | None = None) -> dict:
         """all_results.json of the run, or of an evaluation folder in it; {} when none was written."""

@@ -2,6 +2,7 @@
 that was there before is changed. Plus fuzzing of the config loader and merger (hypothesis)."""
 
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -92,6 +93,10 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("deep.yaml", "stage: sft\nx: " + "[" * 100_000 + "]" * 100_000 + "\n")
     write("deep.json", '{"stage": "sft", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     write("python_tag.yaml", "stage: !!python/object/apply:os.system ['echo hi']\n")
+    lf_file = f"stage: sft\nmodel_name_or_path: {model}\ndataset: demo_sft\ndataset_dir: {DATA}\ntemplate: qwen\n"
+    write("predict.yaml", lf_file + "do_predict: true\npredict_with_generate: false\n")
+    write("idle.yaml", lf_file)
+    write("rows.jsonl", '{"instruction": "1+1?", "output": "2"}\n')
     os.mkfifo(work / "pipe.yaml")
     write("bad_config_model/config.json", "{ not json")
     write("config_only_model/config.json", "{}")
@@ -386,6 +391,16 @@ CASES = [
     ("max_steps zero", ["train", "BASE", "max_steps=0"], ["max_steps=0 trains nothing", "-1"]),
     ("fooDPO beta capped at zero", ["train", "BASE", "preset=foodpo", "dataset=demo_pref", "foodpo_beta_max=0"],
      ["foodpo_beta_max"]),
+    # a run file means what it says
+    ("a run file that predicts", ["train", "{w}/predict.yaml"], ["predicts and does not train", "llamafactory-cli"]),
+    ("a run file that trains nothing", ["train", "{w}/idle.yaml"], ["nothing to train", "do_train: true"]),
+    ("stage typo", ["train", "BASE", "stage=dop"], ["unknown stage 'dop'", "did you mean 'dpo'"]),
+    ("a data file beside a dataset_dir", ["train", "BASE", "dataset={w}/rows.jsonl"],
+     ["is a file, so dataset_dir", "leave out dataset_dir"]),
+    pytest.param("report_to wandb without wandb", ["train", "BASE", "report_to=wandb"],
+                 ["pip install wandb", "report_to: none"],
+                 marks=pytest.mark.skipif(bool(importlib.util.find_spec("wandb")), reason="wandb is installed")),
+    ("use_badam without badam", ["train", "BASE", "use_badam=true"], ["pip install badam"]),
     ("export -o a dangling link", ["export", "{w}/not_a_run", "-o", "{w}/dangling"], ["is a link"]),
     ("export of a folder that is not a run", ["export", "{w}/not_a_run", "-o", "{w}/merged"], ["not an mpskit run"]),
     ("chat with a broken record", ["chat", "{w}/no_ckpt_run"], ["not a readable run record"]),

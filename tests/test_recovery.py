@@ -32,7 +32,7 @@ def final_state(run_dir: Path) -> tuple[int, float]:
 def test_synthetic_out_of_memory_falls_back_a_rung_and_resumes(tmp_path, tiny_model):
     result = run_mpskit(
         "train", *RUN, f"model_name_or_path={tiny_model}", "num_train_epochs=1", "save_steps=2", "logging_steps=1",
-        "disable_gradient_checkpointing=true",  # pinned: the ladder's first free rung is the micro-batch
+        "disable_gradient_checkpointing=false",  # checkpointing on: the ladder's first rung is the micro-batch
         cwd=tmp_path, env={"MPSKIT_FAKE_OOM_AT_STEP": "3"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -46,24 +46,43 @@ def test_synthetic_out_of_memory_falls_back_a_rung_and_resumes(tmp_path, tiny_mo
     assert (
         second["knobs"][batch] * second["knobs"][accumulation] == first["knobs"][batch] * first["knobs"][accumulation]
     )
-    assert second["knobs"]["disable_gradient_checkpointing"] is True  # pinned, never moved
+    assert second["knobs"]["disable_gradient_checkpointing"] is False
+    assert "finished; out of memory changed: micro-batch" in result.stderr
     steps = [row["current_steps"] for row in log_rows(run_dir) if "loss" in row]
     assert steps[:2] == [1, 2] and steps[2] == 3 and steps.count(1) == 1  # resumed at 3, not restarted at 1
     assert (run_dir / "adapter_model.safetensors").is_file()
     assert final_state(run_dir)[0] == 33  # 264 examples / effective batch 8
 
 
-def test_pinned_knobs_only_stop_with_the_command_that_fits(tmp_path, tiny_model):
-    pinned = ["per_device_train_batch_size=8", "gradient_accumulation_steps=1", "lora_rank=8", "cutoff_len=128",
-              "disable_gradient_checkpointing=false"]  # fmt: skip
+def test_a_micro_batch_the_user_wrote_is_split_keeping_the_experiment(tmp_path, tiny_model):
+    """The user's micro-batch, LoRA rank and cutoff_len: the ladder re-splits the same effective batch and
+    resumes; the rank and the cutoff stay as written."""
+    written = ["per_device_train_batch_size=8", "gradient_accumulation_steps=1", "lora_rank=8", "cutoff_len=128",
+               "disable_gradient_checkpointing=false"]  # fmt: skip
     result = run_mpskit(
-        "train", *RUN, f"model_name_or_path={tiny_model}", *pinned, "num_train_epochs=1", "save_steps=2",
+        "train", *RUN, f"model_name_or_path={tiny_model}", *written, "num_train_epochs=1", "save_steps=2",
+        cwd=tmp_path, env={"MPSKIT_FAKE_OOM_AT_STEP": "3"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = (tmp_path / "output" / "sft-model" / "latest").resolve()
+    first, second = json.loads((run_dir / "mpskit.json").read_text())["attempts"]
+    assert second["resumed_from"] == "checkpoint-2" and second["outcome"] == "finished"
+    assert second["knobs"]["per_device_train_batch_size"] == 4 and second["knobs"]["gradient_accumulation_steps"] == 2
+    assert second["knobs"]["lora_rank"] == 8 and second["knobs"]["cutoff_len"] == 128
+    assert final_state(run_dir)[0] == 33  # 264 examples / effective batch 8, as asked
+
+
+def test_with_nothing_left_that_keeps_the_experiment_it_stops_with_the_command_that_fits(tmp_path, tiny_model):
+    kept = ["per_device_train_batch_size=1", "gradient_accumulation_steps=8", "disable_gradient_checkpointing=false",
+            "oom_ladder=keep"]  # fmt: skip
+    result = run_mpskit(
+        "train", *RUN, f"model_name_or_path={tiny_model}", *kept, "num_train_epochs=1", "save_steps=2",
         cwd=tmp_path, env={"MPSKIT_FAKE_OOM_AT_STEP": "3"},
     )  # fmt: skip
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("mpskit: error: out of memory and no free knob is left")
-    assert "mpskit train" in last and "per_device_train_batch_size=4 gradient_accumulation_steps=2" in last
+    assert "mpskit train" in last and "lora_rank=4" in last and "oom_ladder=adapt" in last
 
 
 def test_sigint_then_resume_reaches_the_uninterrupted_end(tmp_path, tiny_model):

@@ -25,9 +25,10 @@ def dataset_names(args: dict) -> list[str]:
     ]
 
 
-def check_datasets(args: dict) -> None:
+def check_datasets(args: dict, rows: bool = True) -> None:
     """Every dataset named in dataset/eval_dataset is in dataset_dir/dataset_info.json, fits the stage,
-    and its local file holds examples with the columns its entry names."""
+    and (with `rows`, which reads whole files) its local file holds examples with the columns its
+    entry names."""
     names = dataset_names(args)
     if not names:
         raise MpskitError("no dataset given", "set dataset=NAME (a name from data/dataset_info.json)")
@@ -56,9 +57,10 @@ def check_datasets(args: dict) -> None:
             path = dataset_dir / str(file_name)
             if not path.exists():
                 raise MpskitError(f"dataset '{name}' points at {path}, which does not exist", "fix file_name")
-            if path.is_file() and path.suffix in (".json", ".jsonl"):
-                _check_rows(path, _read_rows(path), required_columns(entry, stage))
-    check_val_size(args)
+            if rows and path.is_file() and path.suffix in (".json", ".jsonl"):
+                _check_rows(path, read_rows(path), required_columns(entry, stage))
+    if rows:
+        check_val_size(args)
 
 
 def check_val_size(args: dict) -> None:
@@ -105,7 +107,7 @@ def check_conversion(args: dict) -> None:
         if attr.load_from != "file" or not path.is_file() or path.suffix not in (".json", ".jsonl"):
             continue
         converter = get_dataset_converter(attr.formatting, attr, data_args)
-        rows = _read_rows(path)[:CONVERTED_ROWS]
+        rows = read_rows(path)[:CONVERTED_ROWS]
         columns = dict.fromkeys(key for row in rows for key in row)  # `datasets` gives each row every column
         dropped, same = [], []
         for number, row in enumerate(rows, start=1):
@@ -170,7 +172,7 @@ def training_rows(args: dict) -> int | None:
             path = dataset_dir / str(info[name]["file_name"])
             if path.suffix not in (".json", ".jsonl"):
                 return None
-            rows = len(_read_rows(path))
+            rows = len(read_rows(path))
             total += min(rows, int(args.get("max_samples") or rows))
     except (OSError, ValueError, KeyError, TypeError, MpskitError):
         return None
@@ -211,7 +213,7 @@ def required_columns(entry: dict, stage: str) -> list[str]:
     return needed
 
 
-def _read_rows(path: Path) -> list:
+def read_rows(path: Path) -> list:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:

@@ -62,11 +62,22 @@ MIN_LORA_RANK = 4
 DEFAULT_CUTOFF_FLOOR = 256
 # The knobs the out-of-memory ladder moves, least costly first (see next_rung).
 LADDER = ("checkpointing", "batch", "lora_rank", "cutoff_len")
+KEEP_EXPERIMENT = ("checkpointing", "batch")  # same model, same effective batch: moved even when written
+CHANGE_EXPERIMENT = ("lora_rank", "cutoff_len")  # a new adapter, truncated examples
+OOM_LADDER = ("keep", "adapt")  # `oom_ladder`: never move CHANGE_EXPERIMENT knobs, or move them written or not
 
 
 def free_knobs(pinned: set[str]) -> set[str]:
     """Knob names the user left open, from the LLaMA-Factory keys they pinned."""
     return {name for name, keys in KEYS.items() if not pinned & set(keys)}
+
+
+def ladder_knobs(pinned: set[str], oom_ladder: str | None) -> set[str]:
+    """The knobs the out-of-memory ladder may move. Those that keep the experiment always; LoRA rank
+    and cutoff_len where the user left them free, or with their consent (`oom_ladder: adapt`), or never
+    (`oom_ladder: keep`)."""
+    changing = {"keep": set(), "adapt": set(CHANGE_EXPERIMENT)}.get(oom_ladder or "", free_knobs(pinned))
+    return set(KEEP_EXPERIMENT) | (changing & set(CHANGE_EXPERIMENT))
 
 
 def effective_batch(args: dict) -> int:
@@ -166,8 +177,9 @@ def next_rung(knobs: Knobs, effective: int, free: set[str], cutoff_floor: int) -
     double accumulation (same effective batch); lower the LoRA rank; shorten cutoff_len to its floor."""
     if "checkpointing" in free and not knobs.checkpointing:
         return replace(knobs, checkpointing=True), "gradient checkpointing on (about a third slower, same result)"
-    if "batch" in free and knobs.batch > 1:
-        batch = knobs.batch // 2
+    smaller = [b for b in range(knobs.batch // 2, 0, -1) if effective % b == 0]  # keeps the effective batch
+    if "batch" in free and smaller:
+        batch = smaller[0]
         return replace(knobs, batch=batch), (
             f"micro-batch {knobs.batch} -> {batch}, accumulation {effective // batch} (same effective batch)"
         )

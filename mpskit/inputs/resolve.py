@@ -18,24 +18,17 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError, warn
 from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
-from mpskit.inputs.knobs import PLANNER_KEYS
+from mpskit.inputs.knobs import OOM_LADDER, PLANNER_KEYS
 from mpskit.inputs.launch import process_layout
+from mpskit.inputs.plain_data import register_plain_data
 from mpskit.inputs.presets import demo_data_dir, load_yaml, merge, resolve_preset_file
 from mpskit.inputs.removed_keys import translate_removed_keys
 from mpskit.inputs.validate import check_args, check_number, check_value
 from mpskit.stages import STAGES
 
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
-MPSKIT_KEYS = (
-    "preset",
-    "model_preset",
-    "hardware",
-    "device",
-    "run_name",
-    "memory_budget_gb",
-    "min_cutoff_len",
-    "keep_awake",
-)
+MPSKIT_KEYS = ("preset", "model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len",
+               "keep_awake", "oom_ladder")  # fmt: skip
 DEVICES = ("auto", "mps", "cuda", "cpu")
 DO_KEYS = ("do_train", "do_eval", "do_predict")
 PARTNER_KEYS = (("warmup_ratio", "warmup_steps"), ("val_size", "eval_dataset"))
@@ -58,8 +51,10 @@ class ResolvedRun:
     processes: tuple[int, int] = (1, 1)  # (per node, nodes): more than one launches through torchrun
     limits: dict = field(default_factory=dict)  # memory_budget_gb, min_cutoff_len
     keep_awake: bool = True  # on macOS, caffeinate for the life of the run
+    oom_ladder: str | None = None  # keep | adapt: may an out-of-memory error move LoRA rank and cutoff_len
     preset: str | None = None  # the stage preset merged in; None: the user's settings are the run's
     given: dict = field(default_factory=dict)  # the user's LLaMA-Factory keys, as given
+    datasets: dict = field(default_factory=dict)  # plain data files' dataset_info.json entries (plain_data.py)
 
     @property
     def world_size(self) -> int:
@@ -239,6 +234,8 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         if key not in PLANNER_KEYS:
             raise MpskitError(f"'{key}: auto' is not a planner knob", f"auto works for {', '.join(PLANNER_KEYS)}")
         del user[key]
+    given = dict(user)
+    user, datasets = register_plain_data(user)
     preset = _stage_preset(own, user, run_file)
     stage = _check_stage(user.get("stage")) if user.get("stage") or not preset else None
     stage_args, _, layers = _preset("stages", preset) if preset else ({}, {}, [])
@@ -270,10 +267,10 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
     _check_dtype(args, hw, device)
     if device == "cpu":
         args["use_cpu"] = True
-    given = user.get("run_name")
+    named = user.get("run_name")
     run_name = (
-        _check_run_name(str(given))
-        if given
+        _check_run_name(str(named))
+        if named
         else _default_run_name(stage, own.get("model_preset"), args["model_name_or_path"])
     )
     return ResolvedRun(
@@ -288,8 +285,10 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         processes=processes,
         limits=_limits(own),
         keep_awake=_switch(own, "keep_awake", True),
+        oom_ladder=_oom_ladder(own.get("oom_ladder")),
         preset=preset,
-        given=dict(user),
+        given=given,
+        datasets=datasets,
     )
 
 
@@ -300,6 +299,15 @@ def _limits(own: dict) -> dict:
             check_value(key, own[key])
             limits[key] = kind(own[key])
     return limits
+
+
+def _oom_ladder(value) -> str | None:
+    if value is not None and value not in OOM_LADDER:
+        raise MpskitError(
+            f"oom_ladder={value!r} is not keep or adapt",
+            "keep: never change LoRA rank or cutoff_len on out of memory; adapt: change them if need be",
+        )
+    return value
 
 
 def _switch(own: dict, key: str, default: bool) -> bool:

@@ -18,6 +18,7 @@ from mpskit.inputs import knobs
 from mpskit.inputs.hardware import detect, installed_version
 from mpskit.inputs.launch import inside_launch, launch
 from mpskit.inputs.mps_env import env_values
+from mpskit.inputs.plain_data import DATASET_INFO, dataset_info_text
 from mpskit.inputs.resolve import ResolvedRun
 from mpskit.plan import planner
 from mpskit.plan.advice import plan_duration
@@ -55,6 +56,10 @@ def write_run_dir(
     path = new_run_dir(run.run_name, run.args.get("output_dir"))
     args = {key: value for key, value in run.args.items() if key not in lf.LEAN_KEYS}
     args["output_dir"] = written_output_dir(path)
+    files = {}
+    if run.datasets:  # plain data files: registered in the run folder itself
+        args["dataset_dir"] = args["output_dir"]
+        files[DATASET_INFO] = dataset_info_text(run.datasets)
     changed = say_changes(run, args)
     record = RunRecord(
         run_name=run.run_name,
@@ -77,7 +82,7 @@ def write_run_dir(
         started=time.strftime("%Y-%m-%dT%H:%M:%S"),
         versions={pkg: installed_version(pkg) for pkg in VERSIONED},
     )
-    return RunDir.create(path, record, lf.yaml_text(args))
+    return RunDir.create(path, record, lf.yaml_text(args), files)
 
 
 def written_output_dir(path: Path) -> str:
@@ -101,7 +106,7 @@ def memory_record(memory_plan: planner.Plan | None) -> Memory:
 
 def ladder_for(run: ResolvedRun) -> Ladder:
     return Ladder(
-        free=sorted(knobs.free_knobs(run.pinned)),
+        free=sorted(knobs.ladder_knobs(run.pinned, run.oom_ladder)),
         cutoff_floor=run.limits.get("min_cutoff_len", knobs.DEFAULT_CUTOFF_FLOOR),
     )
 

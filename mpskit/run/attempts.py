@@ -120,6 +120,9 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
             _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
             if guard.signal_name:
                 raise Interrupted(run.path, run.last_checkpoint())
+            rungs = [entry.next_rung for entry in run.record.attempts if entry.next_rung]
+            if rungs:
+                print(f"mpskit: finished; out of memory changed: {'; '.join(rungs)}", file=sys.stderr)
             return run.path
 
         _free_device_memory(device)  # out of the except block: the failed attempt's frames are gone
@@ -129,9 +132,10 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
         attempt.next_rung = rung[1] if rung else None
         _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
         if rung is None or number == first + MAX_ATTEMPTS - 1:
+            consent = "" if "lora_rank" in ladder.free else " (or add oom_ladder=adapt: mpskit may then lower them)"
             raise MpskitError(
                 f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
-                f"run with less memory: {_command_that_fits(run, args, effective)}",
+                f"run with less memory: {_command_that_fits(run, args, effective)}{consent}",
             )
         args = {**args, **to_args(rung[0], effective)}
         checkpoint = run.last_checkpoint()

@@ -1,0 +1,113 @@
+"""Plain data files as datasets (`dataset=FILE` or `dataset=DIR`): each format told from its columns,
+registered in the run folder's own dataset_info.json, planned and trained as a named dataset is."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, run_mpskit
+
+from mpskit.stages import PLANNED
+
+SFT = json.loads((ROOT / "data" / "demo_sft.json").read_text())[:24]
+PAIRS = json.loads((ROOT / "data" / "demo_pref.json").read_text())[:24]
+KTO = json.loads((ROOT / "data" / "demo_kto.json").read_text())[:24]
+
+
+def chat(row: dict, role: str = "role", content: str = "content", user: str = "user", bot: str = "assistant"):
+    return [{role: user, content: row["instruction"]}, {role: bot, content: row["output"]}]
+
+
+# format -> (stage, rows, what mpskit says it read)
+FORMATS = {
+    "alpaca": ("sft", SFT, "alpaca (instruction, input, output)"),
+    "completion": ("sft", [{"prompt": r["instruction"], "completion": r["output"]} for r in SFT],
+                   "alpaca (prompt, completion)"),
+    "messages": ("sft", [{"messages": chat(r)} for r in SFT], "messages (sharegpt)"),
+    "conversations": ("sft", [{"conversations": chat(r, "from", "value", "human", "gpt")} for r in SFT],
+                      "conversations (sharegpt)"),
+    "pairs": ("dpo", [{"prompt": r["instruction"], "chosen": r["chosen"], "rejected": r["rejected"]} for r in PAIRS],
+              "preference pairs (prompt, chosen, rejected)"),
+    "kto": ("kto", [{"prompt": r["instruction"], "completion": r["output"], "label": r["kto_tag"]} for r in KTO],
+            "KTO (prompt, completion, label)"),
+    "text": ("pt", [{"text": r["instruction"] + r["output"]} for r in SFT], "plain text (text)"),
+}  # fmt: skip
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def words(stage: str, model: Path, data: str) -> list[str]:
+    return [f"stage={stage}", f"model_name_or_path={model}", "template=qwen", f"dataset={data}", "cutoff_len=64"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_each_format_is_told_from_its_columns_planned_and_trained(name, tmp_path, tiny_model):
+    stage, rows, said = FORMATS[name]
+    data = write_jsonl(tmp_path / "mine" / f"{name}.jsonl", rows)
+    before = sorted(p.name for p in data.parent.iterdir())
+    plan = run_mpskit("plan", *words(stage, tiny_model, str(data)), cwd=tmp_path)
+    assert said in plan.stderr, plan.stderr
+    if stage in PLANNED:
+        assert plan.returncode == 0, plan.stderr
+    else:  # read, then refused as any kto or pt run is (the memory model covers sft, dpo, foodpo)
+        assert plan.returncode == 2 and "the memory plan covers" in plan.stderr
+    result = run_mpskit("train", *words(stage, tiny_model, str(data)), "max_steps=2", cwd=tmp_path)
+    assert result.returncode == 0 and said in result.stderr, result.stderr[-3000:]
+    run_dir = (tmp_path / "output" / f"{stage}-model" / "latest").resolve()
+    written = yaml.safe_load((run_dir / "llamafactory.yaml").read_text())
+    info = json.loads((run_dir / "dataset_info.json").read_text())
+    assert written["dataset_dir"] == written["output_dir"] and info[written["dataset"]]["file_name"] == str(data)
+    logged = [json.loads(line) for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
+    assert logged[-1]["current_steps"] == 2 and all(math.isfinite(r["loss"]) for r in logged if "loss" in r)
+    assert sorted(p.name for p in data.parent.iterdir()) == before  # nothing written beside the user's data
+
+
+@pytest.mark.e2e
+def test_a_folder_gives_train_and_valid_files_and_resumes_from_its_own_registration(tmp_path, tiny_model):
+    folder = tmp_path / "mine"
+    write_jsonl(folder / "train.jsonl", [{"messages": chat(r)} for r in SFT])
+    write_jsonl(folder / "valid.jsonl", [{"messages": chat(r)} for r in SFT[:6]])
+    result = run_mpskit("train", *words("sft", tiny_model, str(folder)), "num_train_epochs=1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "eval_dataset" in result.stderr and "valid.jsonl" in result.stderr
+    run_dir = (tmp_path / "output" / "sft-model" / "latest").resolve()
+    results = json.loads((run_dir / "all_results.json").read_text())
+    assert math.isfinite(results["eval_loss"])  # the valid file was evaluated on
+    moved = tmp_path / "elsewhere"
+    run_dir.rename(moved)  # the registration travels with the run folder
+    again = run_mpskit("train", "--resume", str(moved), cwd=tmp_path)
+    assert again.returncode == 0 and "already finished" in again.stderr, again.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "data, said",
+    [
+        ("odd.jsonl", "cannot tell the format"),
+        ("missing.jsonl", "no such file or folder"),
+        ("empty_folder", "holds no train.jsonl"),
+        ("odd.jsonl,demo_sft", "mixes files with dataset names"),
+        ("notes.txt", "not a .json or .jsonl file"),
+    ],
+)
+def test_plan_and_train_refuse_the_same_plain_files(data, said, tmp_path, tiny_model):
+    write_jsonl(tmp_path / "odd.jsonl", [{"foo": 1}])
+    (tmp_path / "empty_folder").mkdir()
+    (tmp_path / "notes.txt").write_text("hello\n")
+    for command in ("plan", "train"):
+        result = run_mpskit(command, *words("sft", tiny_model, data), cwd=tmp_path)
+        assert result.returncode == 2 and said in result.stderr, (command, result.stderr)
+        assert not (tmp_path / "output").exists()
+
+
+def test_a_stage_that_does_not_fit_the_file_is_refused_by_plan_as_by_train(tmp_path, tiny_model):
+    data = write_jsonl(tmp_path / "answers.jsonl", SFT)
+    for command in ("plan", "train"):
+        result = run_mpskit(command, *words("dpo", tiny_model, str(data)), cwd=tmp_path)
+        assert result.returncode == 2 and "not a preference set" in result.stderr, (command, result.stderr)
