@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpskit.errors import MpskitError, warn
+from mpskit.inputs import seed_fork
 from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
 from mpskit.inputs.knobs import OOM_LADDER, PLANNER_KEYS
 from mpskit.inputs.launch import process_layout
@@ -31,6 +32,15 @@ MPSKIT_KEYS = ("preset", "model_preset", "hardware", "device", "run_name", "memo
                "keep_awake", "oom_ladder")  # fmt: skip
 DEVICES = ("auto", "mps", "cuda", "cpu")
 DO_KEYS = ("do_train", "do_eval", "do_predict")
+# files without a stage that are not run files: (keys that tell them, what they are, what runs them)
+OTHER_FILES = (
+    (("compute_environment", "distributed_type"), "an accelerate launch config",
+     "give it to accelerate launch --config_file FILE beside a LLaMA-Factory run file"),
+    (("export_dir",), "for exporting a model (export_dir)",
+     "run it with llamafactory-cli export FILE, or mpskit export RUN_DIR -o DIR for a run mpskit trained"),
+    (("infer_backend",), "for chatting with a model (infer_backend)",
+     "run it with llamafactory-cli chat FILE, or mpskit chat RUN_DIR for a run mpskit trained"),
+)  # fmt: skip
 PARTNER_KEYS = (("warmup_ratio", "warmup_steps"), ("val_size", "eval_dataset"))
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -145,6 +155,8 @@ def cuda_only(args: dict, device: str) -> list[str]:
         problems.append(
             f"quantization_bit={args['quantization_bit']!r} needs bitsandbytes on CUDA; this run is on {device}"
         )
+    if args.get("fp8"):
+        problems.append(f"fp8 trains on Ada and Hopper GPUs (torchao or Transformer Engine); this run is on {device}")
     if args.get("enable_liger_kernel"):
         problems.append(f"enable_liger_kernel: Liger's kernels are Triton, for CUDA; this run is on {device}")
     return problems
@@ -201,14 +213,18 @@ def _check_run_name(name: str) -> str:
     return name
 
 
-def _check_stage(stage) -> str:
+def _check_stage(stage, user: dict) -> str:
     if not stage:
+        for keys, what, fix in OTHER_FILES:
+            if set(keys) & set(user):
+                raise MpskitError(f"this file is {what} and names no stage to train", fix)
         raise MpskitError("no stage given", f"add stage=... (one of {', '.join(STAGES)}) or preset=NAME")
     if stage == "ppo":
         raise MpskitError(
             "stage ppo is not run by mpskit: it needs a trained reward model and generates at every step",
             "train the reward model with stage=rm here, then run PPO with llamafactory-cli train",
         )
+    seed_fork.check_stage(str(stage))
     if str(stage) not in STAGES:
         close = difflib.get_close_matches(str(stage), STAGES, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
@@ -234,12 +250,13 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         if key not in PLANNER_KEYS:
             raise MpskitError(f"'{key}: auto' is not a planner knob", f"auto works for {', '.join(PLANNER_KEYS)}")
         del user[key]
+    seed_fork.check_keys(user)
     given = dict(user)
     user, datasets = register_plain_data(user)
     preset = _stage_preset(own, user, run_file)
-    stage = _check_stage(user.get("stage")) if user.get("stage") or not preset else None
+    stage = _check_stage(user.get("stage"), user) if user.get("stage") or not preset else None
     stage_args, _, layers = _preset("stages", preset) if preset else ({}, {}, [])
-    stage = stage or _check_stage(stage_args.get("stage"))
+    stage = stage or _check_stage(stage_args.get("stage"), user)
     model_args, dims = {}, {}
     if own.get("model_preset"):
         model_args, model_data, model_files = _preset("models", str(own["model_preset"]))
