@@ -111,6 +111,8 @@ def test_seed_command_line_style_is_accepted(tmp_path, tiny_model):
         "qwen",
         "--dataset_dir",
         str(ROOT / "data"),
+        "--dataset",
+        "demo_pref",
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr

@@ -77,7 +77,8 @@ def test_a_seed_style_command_line_trains(tiny_model, tmp_path):
                     "--save_safetensors", "true"]  # fmt: skip
     result = run_mpskit(
         "train", "--stage", "foodpo", "--model_name_or_path", str(tiny_model), "--template", "qwen",
-        "--dataset_dir", str(ROOT / "data"), "--max_steps", "2", *old_switches, cwd=tmp_path,
+        "--dataset_dir", str(ROOT / "data"), "--dataset", "demo_pref", "--max_steps", "2", *old_switches,
+        cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     for key in (
