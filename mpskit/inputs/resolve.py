@@ -40,6 +40,8 @@ OTHER_FILES = (
      "run it with llamafactory-cli export FILE, or mpskit export RUN_DIR -o DIR for a run mpskit trained"),
     (("infer_backend",), "for chatting with a model (infer_backend)",
      "run it with llamafactory-cli chat FILE, or mpskit chat RUN_DIR for a run mpskit trained"),
+    (("model", "model_class", "train_dataset", "dist_config", "peft_config"), "in LLaMA-Factory's v1 format",
+     "run it with USE_V1=1 llamafactory-cli train FILE; mpskit trains LLaMA-Factory's run files (stage, ...)"),
 )  # fmt: skip
 PARTNER_KEYS = (("warmup_ratio", "warmup_steps"), ("val_size", "eval_dataset"))
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -155,6 +157,8 @@ def cuda_only(args: dict, device: str) -> list[str]:
         problems.append(
             f"quantization_bit={args['quantization_bit']!r} needs bitsandbytes on CUDA; this run is on {device}"
         )
+    if {"tensor_model_parallel_size", "pipeline_model_parallel_size"} & set(args):
+        problems.append(f"Megatron-Core parallelism (USE_MCA=1, mcore_adapter) is for CUDA; this run is on {device}")
     if args.get("fp8"):
         problems.append(f"fp8 trains on Ada and Hopper GPUs (torchao or Transformer Engine); this run is on {device}")
     if args.get("enable_liger_kernel"):

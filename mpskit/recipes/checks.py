@@ -33,6 +33,7 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
     refused when nothing fits. Without `need_weights` (writing a config), a hub model that is not
     downloaded is a warning."""
     check_model(str(run.args["model_name_or_path"]), need_weights)
+    check_llama_pro(run.args)
     check_datasets(run.args)
     check_resume_from(run.args.get("resume_from_checkpoint"), run.args)
     if run.stage == "foodpo":
@@ -120,6 +121,21 @@ def check_model(model: str, need_weights: bool = True) -> None:
         warn(f"{model} is not downloaded: download it before `mpskit train` (huggingface-cli download {model})")
     elif os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or not _hub_reachable(model):
         raise MpskitError(f"model {model} is not a local directory and the hub cannot be reached", fix)
+
+
+def check_llama_pro(args: dict) -> None:
+    """LLaMA Pro trains every n-th block (n = freeze_trainable_layers): the model's layers must divide
+    by it, or LLaMA-Factory stops once the model has loaded."""
+    config = Path(os.path.expanduser(str(args["model_name_or_path"]))) / "config.json"
+    if not args.get("use_llama_pro") or not config.is_file():
+        return
+    layers = json.loads(config.read_text(encoding="utf-8")).get("num_hidden_layers")
+    every = args.get("freeze_trainable_layers", 2)
+    if isinstance(layers, int) and isinstance(every, int) and every > 0 and layers % every:
+        raise MpskitError(
+            f"use_llama_pro: the model's {layers} layers do not divide by freeze_trainable_layers={every}",
+            "set freeze_trainable_layers to a divisor of the model's layers",
+        )
 
 
 MODEL_WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.pt", "*.gguf")
