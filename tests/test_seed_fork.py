@@ -3,6 +3,8 @@ data swapped, each trains under mpskit or is refused in one line that names what
 where mpskit refuses, plain llamafactory-cli fails on the same file too."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +53,61 @@ def test_each_file_trains_or_is_refused_in_one_line(name, tiny_model, tmp_path):
     record = next(tmp_path.rglob("mpskit.json"))
     assert json.loads(record.read_text())["attempts"][-1]["outcome"] == "finished"
     assert json.loads((record.parent / "trainer_state.json").read_text())["global_step"] == 2
+
+
+SCRIPTS = sorted(str(path.relative_to(FORK)) for path in FORK.rglob("*.sh"))
+# what a script's llamafactory-cli lines end as under mpskit, when not every one trains
+SCRIPT_REFUSALS = {
+    "scripts/compare_betadpo_strategies.sh": "stage betadpo is the seed fork's adaptive-beta DPO",
+    "scripts/dpo/archive/run_qwen_dpo.sh": "does not exist",  # it copies a run file that is not beside it
+    "scripts/fooDPO_example.sh": "unknown key 'evaluation_strategy'; did you mean 'eval_strategy'?",
+}
+SCRIPT_ARGS = {"scripts/dpo/archive/verify_qwen_foodpo.sh": ["--execute"]}  # it trains only when asked
+SHIM = """#!/usr/bin/env bash
+# llamafactory-cli as the seed fork's scripts call it, run by mpskit with the model and the data swapped
+[[ "$1" == train ]] || exec "$REAL_CLI" "$@"  # --version and the like: LLaMA-Factory's own
+shift
+eval_data=()  # an eval_dataset of the script's (a word, or in its run file) becomes the demo's
+if [[ " $* " == *" --eval_dataset "* ]] || grep -qs '^eval_dataset' "$1"; then
+    eval_data=(eval_dataset=demo_pref_eval)
+fi
+"$MPSKIT_PYTHON" -m mpskit.cli train "$@" model_name_or_path="$TINY" template=qwen dataset=demo_pref \\
+    dataset_dir="$DATA" "${eval_data[@]}" report_to=none max_steps=1 2>>"$SHIM_LOG.err"
+echo "exit $?" >> "$SHIM_LOG"
+"""
+
+
+def test_every_script_of_the_fork_that_calls_llamafactory_cli_is_here():
+    assert len(SCRIPTS) == 11
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_each_script_trains_through_mpskit_or_is_refused_in_one_line(name, tiny_model, tmp_path):
+    """The script runs unchanged from a copy of the fork's folders, its `llamafactory-cli` a shim that
+    hands the same words to `mpskit train` with the model, the data and report_to swapped."""
+    tree = tmp_path / "fork"
+    shutil.copytree(FORK, tree)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "llamafactory-cli").write_text(SHIM)
+    (bin_dir / "llamafactory-cli").chmod(0o755)
+    log = tmp_path / "shim.log"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MPSKIT_PYTHON": sys.executable,
+           "TINY": str(tiny_model), "DATA": str(ROOT / "data"), "SHIM_LOG": str(log),
+           "REAL_CLI": str(Path(sys.executable).parent / "llamafactory-cli")}  # fmt: skip
+    command = ["bash", name, *SCRIPT_ARGS.get(name, [])]
+    subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+    exits = log.read_text().split("exit ")[1:]
+    errors = [line for line in (tmp_path / "shim.log.err").read_text().splitlines() if "mpskit: error" in line]
+    assert exits, "the script called llamafactory-cli train"
+    if name in SCRIPT_REFUSALS:
+        assert all(code.strip() == "2" for code in exits) and len(errors) == len(exits)
+        assert all(SCRIPT_REFUSALS[name] in line for line in errors), errors
+    else:
+        assert all(code.strip() == "0" for code in exits), errors
+        runs = [path.parent for path in tree.rglob("llamafactory.yaml")]
+        states = [json.loads((run / "trainer_state.json").read_text()) for run in runs]
+        assert len(states) == len(exits) and all(state["global_step"] == 1 for state in states)
+    # a checkpoint's state names where the checkpoint is, never the folder it was written in
+    assert not any(".saving" in path.read_text() for path in tree.rglob("trainer_state.json"))

@@ -20,6 +20,7 @@ import weakref
 from pathlib import Path
 
 from transformers import TrainerCallback
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from mpskit.rundir import set_aside
@@ -73,14 +74,15 @@ class Resumable:
             del self._get_output_dir
         self.accelerator.wait_for_everyone()  # every process has written its part (RNG states)
         if self.args.should_save:
+            best = self.state.best_model_checkpoint
+            if best and Path(best).parent.name == STAGING:  # the state names the checkpoint's final place
+                self.state.best_model_checkpoint = str(run_dir / Path(best).name)
+                self.state.save_to_json(str(run_dir / STAGING / name / TRAINER_STATE_NAME))
             if (run_dir / name).exists():
                 set_aside(run_dir / name, "replaced")
             os.replace(run_dir / STAGING / name, run_dir / name)
             with contextlib.suppress(OSError):  # empty now, unless an earlier save was cut off
                 (run_dir / STAGING).rmdir()
-            best = self.state.best_model_checkpoint
-            if best and Path(best).parent.name == STAGING:
-                self.state.best_model_checkpoint = str(run_dir / Path(best).name)
             rotate_checkpoints(
                 output_dir=str(run_dir),
                 save_total_limit=self.args.save_total_limit,
