@@ -401,6 +401,7 @@ CASES = [
                  ["pip install wandb", "report_to: none"],
                  marks=pytest.mark.skipif(bool(importlib.util.find_spec("wandb")), reason="wandb is installed")),
     ("use_badam without badam", ["train", "BASE", "use_badam=true"], ["pip install badam"]),
+    ("oom_ladder not keep or adapt", ["train", "BASE", "oom_ladder=sometimes"], ["oom_ladder='sometimes'", "adapt"]),
     ("export -o a dangling link", ["export", "{w}/not_a_run", "-o", "{w}/dangling"], ["is a link"]),
     ("export of a folder that is not a run", ["export", "{w}/not_a_run", "-o", "{w}/merged"], ["not an mpskit run"]),
     ("chat with a broken record", ["chat", "{w}/no_ckpt_run"], ["not a readable run record"]),

@@ -161,8 +161,13 @@ def _registration(entries: dict) -> Path:
     its content, so asking twice writes nothing new. A run writes its own into its folder."""
     text = dataset_info_text(entries)
     folder = Path(tempfile.gettempdir()) / f"mpskit-data-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-    folder.mkdir(exist_ok=True)
-    write_atomic(folder / DATASET_INFO, text)
+    try:
+        folder.mkdir(exist_ok=True)
+        write_atomic(folder / DATASET_INFO, text)
+    except OSError as err:
+        raise MpskitError(
+            f"cannot register the data files in {folder} ({err.strerror})", "set TMPDIR to a folder you can write"
+        ) from None
     return folder
 
 
