@@ -283,13 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="table (CSV, Markdown) and plot over finished DPO/fooDPO runs")
     p.add_argument("--out", required=True, help="folder for comparison.csv, comparison.md, comparison.png")
     p.add_argument("run_dirs", nargs="+")
-    p = sub.add_parser("rank", help="(started by torchrun) train one process of a written run directory")
+    p = sub.add_parser("rank")  # started by torchrun: one process of a written run directory; not in --help
     p.add_argument("run_dir")
     p = sub.add_parser("doctor", help="versions, MPS settings, and the memory model against measured steps")
     p.add_argument("--hardware")
     p.add_argument("--model", help="a local model directory (default: a freshly built tiny model)")
     p = sub.add_parser("demo", help="SFT, DPO, fooDPO on the tiny model, offline; prints a table")
     p.add_argument("--hardware")
+    sub.metavar = "{" + ",".join(name for name in sub.choices if name != "rank") + "}"
     return parser
 
 

@@ -65,6 +65,7 @@ def test_train_refuses_an_existing_output_dir_and_leaves_it_alone(tiny_model, tm
 def test_help_is_fast_and_clean():
     result = run_mpskit("--help")
     assert result.returncode == 0 and "train" in result.stdout
+    assert "rank" not in result.stdout  # the command torchrun starts is not the user's
 
 
 def test_version():

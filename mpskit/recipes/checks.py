@@ -118,7 +118,7 @@ def check_model(model: str, need_weights: bool = True) -> None:
     if (cache.expanduser() / f"models--{model.replace('/', '--')}").is_dir():
         return
     if not need_weights:
-        warn(f"{model} is not downloaded: download it before `mpskit train` (huggingface-cli download {model})")
+        warn(f"{model} is not downloaded: download it before `mpskit train` (hf download {model})")
     elif os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or not _hub_reachable(model):
         raise MpskitError(f"model {model} is not a local directory and the hub cannot be reached", fix)
 
