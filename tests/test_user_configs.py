@@ -98,7 +98,7 @@ def test_a_preset_is_a_layer_where_the_file_asks_for_it(tmp_path, tiny_model):
         ({"do_train": False, "do_predict": True}, "predicts and does not train"),
         ({"do_train": False, "do_eval": True}, "evaluates and does not train"),
         ({"do_train": False}, "nothing to train"),
-        ({"do_train": False, "export_dir": "merged"}, "exports a model"),
+        ({"do_train": False, "export_dir": "merged"}, "for exporting a model (export_dir) and does not train"),
     ],
 )
 def test_a_file_that_does_not_train_is_refused_by_train(tmp_path, tiny_model, extra, said):

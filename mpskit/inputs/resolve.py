@@ -217,11 +217,15 @@ def _check_run_name(name: str) -> str:
     return name
 
 
+def other_file(user: dict) -> tuple[str, str] | None:
+    """(what the file is, what runs it) for a file made for another command than training."""
+    return next(((what, fix) for keys, what, fix in OTHER_FILES if set(keys) & set(user)), None)
+
+
 def _check_stage(stage, user: dict) -> str:
     if not stage:
-        for keys, what, fix in OTHER_FILES:
-            if set(keys) & set(user):
-                raise MpskitError(f"this file is {what} and names no stage to train", fix)
+        if other := other_file(user):
+            raise MpskitError(f"this file is {other[0]} and names no stage to train", other[1])
         raise MpskitError("no stage given", f"add stage=... (one of {', '.join(STAGES)}) or preset=NAME")
     if stage == "ppo":
         raise MpskitError(

@@ -20,7 +20,7 @@ from mpskit.inputs.hardware import nvidia_gpus
 from mpskit.inputs.knobs import from_args
 from mpskit.inputs.optional_packages import missing_packages
 from mpskit.inputs.presets import preset_model_dir
-from mpskit.inputs.resolve import ResolvedRun, cuda_only
+from mpskit.inputs.resolve import ResolvedRun, cuda_only, other_file
 from mpskit.plan import advice
 from mpskit.plan.memory import GB, checkpoint_bytes, trainable_params
 from mpskit.plan.planner import Plan
@@ -54,8 +54,8 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
 
 
 def check_trains(args: dict) -> None:
-    """`mpskit train` trains: a file that predicts, evaluates or exports is run by the command made for
-    it, and a file that does none of these would load the model and stop."""
+    """`mpskit train` trains: a file that predicts, evaluates, exports or chats is run by the command made
+    for it, and a file that does none of these would load the model and stop."""
     if args.get("do_train"):
         return
     if args.get("do_predict") or args.get("do_eval"):
@@ -64,11 +64,8 @@ def check_trains(args: dict) -> None:
             f"this run {what} and does not train (do_train is not true)",
             "run the file with llamafactory-cli train FILE, or use mpskit eval RUN_DIR for a run mpskit trained",
         )
-    if args.get("export_dir"):
-        raise MpskitError(
-            "this file exports a model (export_dir) and does not train",
-            "run it with llamafactory-cli export FILE, or mpskit export RUN_DIR for a run mpskit trained",
-        )
+    if other := other_file(args):
+        raise MpskitError(f"this file is {other[0]} and does not train", other[1])
     raise MpskitError(
         "nothing to train: do_train is not true (LLaMA-Factory would load the model and stop)",
         "add do_train: true, or preset: NAME for one of mpskit's stage presets",
