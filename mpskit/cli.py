@@ -10,12 +10,13 @@ from pathlib import Path
 
 from mpskit import __version__
 from mpskit.errors import Interrupted, MpskitError, warn
+from mpskit.run.quiet import VERBOSE_VARIABLE
 
 NOTHING_FITS = 3  # `mpskit plan`: the report is printed, and no setting fits
 
 USAGE_RUN = (
     "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] "
-    "[-o FILE [--force]] [--json] [--probe]\n"
+    "[-o FILE [--force]] [--json] [--probe] [-v]\n"
     "mpskit train --resume [RUN_DIR]   continue a stopped or killed run from its last checkpoint\n"
     "    (--rebuild-record: first a new run record from the run's written arguments, when it is damaged)\n"
     "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
@@ -24,7 +25,9 @@ USAGE_RUN = (
     "  hardware's budget), min_cutoff_len (the planner's floor), oom_ladder (keep|adapt).\n"
     "  dataset= may be a .jsonl/.json file or a folder with train.jsonl (and valid.jsonl).\n"
     "  Batch size, accumulation, checkpointing, LoRA rank, cutoff_len, dtype and flash_attn left unset or\n"
-    "  set to `auto` are the planner's to choose; `mpskit plan` shows its choice."
+    "  set to `auto` are the planner's to choose; `mpskit plan` shows its choice.\n"
+    "  -v, --verbose: LLaMA-Factory's and transformers' own logs and progress bar on screen too (they are\n"
+    "  always in the run's train.log)."
 )
 
 
@@ -246,6 +249,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mpskit", description="LLM fine-tuning that fits: SFT, DPO, fooDPO.")
     parser.add_argument("--version", action="version", version=f"mpskit {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="the libraries' own logs on screen too (or MPSKIT_VERBOSE=1)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (
         ("detect", "describe this machine (or a --hardware profile)"),
@@ -296,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "-v" in argv or "--verbose" in argv:  # any command; the libraries read it where they run
+        os.environ[VERBOSE_VARIABLE] = "1"
+        argv = [word for word in argv if word not in ("-v", "--verbose")]
     run_commands = {"plan": cmd_plan, "config": cmd_config, "train": cmd_train}
     if argv[:1] and argv[0] in run_commands and any(w in ("-h", "--help") for w in argv[1:]):
         print("usage: " + USAGE_RUN)

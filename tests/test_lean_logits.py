@@ -20,7 +20,7 @@ IGNORE = -100
 QWEN_VOCAB = 151936
 # what differs between two runs of the same training: wall time, memory, progress
 # measured (times, memory) or planned (the memory prediction differs by path): not a training result
-TIMING_KEYS = {"elapsed_time", "remaining_time", "memory_peak_gb", "throughput", "total_tokens", "percentage",
+TIMING_KEYS = {"elapsed_time", "remaining_time", "throughput", "total_tokens", "percentage",
                "train_runtime", "train_tokens_per_second", "tokens_per_s", "eta_s", "memory_training_gb",
                "memory_predicted_gb"}  # fmt: skip
 # On a CUDA machine the same comparisons run there too (the trainers below then train on the GPU).

@@ -32,8 +32,8 @@ def finished_run(training) -> Path:
 def test_each_logged_step_prints_a_progress_line_and_logs_its_figures(training):
     run_dir, stderr = training
     line = re.compile(
-        r"^mpskit: step (\d)/3 \| loss \d+\.\d{4} \| [\d,]+ tokens/s"
-        r" \| peak \d+\.\d\d GB \(predicted \d+\.\d\d\) \| ETA 0:00:\d\d$"
+        r"^mpskit: step (\d)/3 \| loss \d+\.\d{4} \| lr \d\.\d\de-\d\d \| [\d,]+ tokens/s"
+        r" \| peak train memory \d+\.\d\d GB \(plan \d+\.\d\d GB\) \| ETA 0:00:\d\d$"
     )
     steps = [int(match[1]) for text in stderr.splitlines() if (match := line.match(text))]
     assert steps == [1, 2, 3], stderr[-3000:]
@@ -48,7 +48,7 @@ def test_each_logged_step_prints_a_progress_line_and_logs_its_figures(training):
 
 @pytest.mark.e2e
 def test_chat_answers_one_prompt_with_the_adapter(finished_run):
-    result = run_mpskit("chat", str(finished_run), "--prompt", "Say hello.", "--max-new-tokens", "8")
+    result = run_mpskit("chat", str(finished_run), "--prompt", "Say hello.", "--max-new-tokens", "8", "-v")
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"Loaded adapter(s): {finished_run}" in result.stderr  # LLaMA-Factory's own engine, with the run's LoRA
     assert result.stdout.endswith("\n")  # the answer (random tiny weights: any tokens), printed once
@@ -56,7 +56,7 @@ def test_chat_answers_one_prompt_with_the_adapter(finished_run):
 
 @pytest.mark.e2e
 def test_chat_defaults_to_the_newest_run(finished_run):
-    result = run_mpskit("chat", "--prompt", "Hi", "--max-new-tokens", "4", cwd=finished_run.parent.parent.parent)
+    result = run_mpskit("chat", "--prompt", "Hi", "--max-new-tokens", "4", "-v", cwd=finished_run.parent.parent.parent)
     assert result.returncode == 0 and f"Loaded adapter(s): {finished_run}" in result.stderr, result.stderr[-2000:]
 
 

@@ -6,9 +6,11 @@ every check runs before the run directory is created, so a bad input leaves noth
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from mpskit.engine import lf
@@ -27,6 +29,8 @@ from mpskit.recipes.changes import say_changes
 from mpskit.recipes.checks import check_device, check_disk, check_packages, check_trains, check_with_engine, prepare
 from mpskit.run.attempts import run_attempts
 from mpskit.run.awake import kept_awake
+from mpskit.run.quiet import log_line
+from mpskit.run.summary import summary_lines
 from mpskit.rundir import (
     Attempt,
     Duration,
@@ -191,8 +195,22 @@ def continue_run(run: RunDir) -> Path:
         checkpoint = run.last_checkpoint()
         if checkpoint is None and run.record.attempts:
             print(f"mpskit: {run.path} has no complete checkpoint; training it again from step 0", file=sys.stderr)
-        with kept_awake(run.record.keep_awake):
+        with kept_awake(run.record.keep_awake), _summary_at_end(run.path):
             return _continue(run, checkpoint)
+
+
+@contextlib.contextmanager
+def _summary_at_end(path: Path) -> Iterator[None]:
+    """The run's summary on screen and in its train.log when it ends, finished, stopped or failed
+    (before the error's own line), once it has trained at all."""
+    try:
+        yield
+    finally:
+        run = RunDir.open(path)
+        if run.record.attempts:
+            for line in summary_lines(run):
+                print(line, file=sys.stderr)
+                log_line(path, line)
 
 
 def _continue(run: RunDir, checkpoint: Path | None) -> Path:

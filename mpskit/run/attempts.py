@@ -34,7 +34,7 @@ MAX_ATTEMPTS = 4
 
 def _record_attempt(run: RunDir, attempt: Attempt, samples: list) -> None:
     """Rank 0 writes mpskit.json and memory.png; with several processes each also writes rank-N.json."""
-    from mpskit.run.plots import plot_memory
+    from mpskit.run.plots import plot_memory, run_title
 
     if inside_launch():
         summary = {"rank": rank(), "world_size": int(os.environ["WORLD_SIZE"]), **dataclasses.asdict(attempt)}
@@ -50,7 +50,7 @@ def _record_attempt(run: RunDir, attempt: Attempt, samples: list) -> None:
         _add_measured_time(run.record.duration, measured["step_seconds"], attempt.outcome == FINISHED)
     run.add_attempt(attempt)
     if measured:
-        plot_memory(run.path, samples, measured, memory.predicted_training_gb, memory.budget_gb)
+        plot_memory(run.path, samples, measured, memory.predicted_training_gb, memory.budget_gb, run_title(run.record))
 
 
 def _add_measured_time(duration: Duration, step_seconds: list[float], finished: bool) -> None:
@@ -95,13 +95,16 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                 from mpskit.run.callbacks import OnTrainBegin, StopOnDivergence, StopOnSignal, fake_faults
                 from mpskit.run.monitor import MemoryMonitor
                 from mpskit.run.progress import ProgressLine
+                from mpskit.run.quiet import library_output
 
                 monitor = MemoryMonitor(device)  # after the imports: its baseline
                 faults = fake_faults() if number == first == 1 else []
-                progress = ProgressLine(monitor, predicted)
-                started = OnTrainBegin(lambda: _point_latest(run))
-                callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started, *faults]
-                lean_paths = lf.run(attempt_args, callbacks=callbacks)
+                log_dir = run.path if rank() == 0 else None
+                with library_output(log_dir, keep_progress_bar=args.get("disable_tqdm") is False) as log_file:
+                    progress = ProgressLine(monitor, predicted, log_file)
+                    started = OnTrainBegin(lambda: _point_latest(run))
+                    callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started, *faults]
+                    lean_paths = lf.run(attempt_args, callbacks=callbacks)
         except Stopped as stop:
             attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
             _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
@@ -114,9 +117,9 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
             attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
             attempt.lean_logits, attempt.lean_attention = lean_paths["lean_logits"], lean_paths["lean_attention"]
             if args.get("stage") == "foodpo" and rank() == 0:
-                from mpskit.run.plots import plot_foodpo
+                from mpskit.run.plots import plot_foodpo, run_title
 
-                plot_foodpo(run.path)
+                plot_foodpo(run.path, run_title(run.record))
             _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
             if guard.signal_name:
                 raise Interrupted(run.path, run.last_checkpoint())

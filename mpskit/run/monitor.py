@@ -48,7 +48,6 @@ class MemoryMonitor(TrainerCallback):
         self.peak = self.baseline
         self.loaded = self.baseline  # after the model loads, before the first step
         self.step_ends: list[float] = []
-        self._interval_peak = self.baseline
         self._last_exact = self._read_peak() if self._read_peak else 0
         self._started = time.perf_counter()
         self._stop = threading.Event()
@@ -64,12 +63,11 @@ class MemoryMonitor(TrainerCallback):
 
     def _observe(self, value: int, keep_after: float = 0.0) -> None:
         now = time.perf_counter() - self._started
-        self._interval_peak = max(self._interval_peak, value)
         self.peak = max(self.peak, value)
         if now >= keep_after:
             self.samples.append((now, value))
 
-    def _exact_peak(self) -> None:
+    def update_exact_peak(self) -> None:
         """Counts the device's own high-water mark when it rose since the last look."""
         if self._read_peak is not None:
             value = self._read_peak()
@@ -86,22 +84,11 @@ class MemoryMonitor(TrainerCallback):
         self.step_ends.append(time.perf_counter())
         return control
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        """Adds `memory_peak_gb` (since the previous log) to the entry trainer_log.jsonl writes."""
-        self._exact_peak()
-        peak_gb = round(self._interval_peak / GB, 4)
-        if state.log_history:
-            state.log_history[-1]["memory_peak_gb"] = peak_gb
-        if logs is not None:
-            logs["memory_peak_gb"] = peak_gb
-        self._interval_peak = self._read()
-        return control
-
     def stop(self) -> dict:
         """Stop sampling; the measured figures in GB."""
         self._stop.set()
         self._thread.join()
-        self._exact_peak()
+        self.update_exact_peak()
         return {
             "device": self.device,
             "baseline_gb": round(self.baseline / GB, 4),

@@ -1,9 +1,13 @@
 """One line per logging step on stderr, as mlx-lm prints "Tokens/sec" and "Peak mem": step/total,
-loss, tokens/s, the training memory's peak against the planner's prediction, and the time left.
-The same figures join the step's trainer_log.jsonl entry (tokens_per_s, eta_s, memory_training_gb,
-memory_predicted_gb). Tokens are the trainer's own count (`include_num_input_tokens_seen`, which the
-stage presets turn on); rates count this attempt only, so a resumed run is not credited with the
-steps it skipped.
+loss, learning rate, tokens/s, the training memory's peak against the planner's prediction, and the
+time left. It replaces transformers' progress bar and printed log dict (quiet.py). The same figures
+join the step's trainer_log.jsonl entry (tokens_per_s, eta_s, memory_training_gb,
+memory_predicted_gb), and the line itself the run's train.log.
+
+The memory figure is the one mpskit.json records at the end (`memory.measured.training_gb`): the
+training process's peak so far, above what it held before the model loaded (monitor.py). Tokens are
+the trainer's own count (`include_num_input_tokens_seen`, which the stage presets turn on); rates
+count this attempt only, so a resumed run is not credited with the steps it skipped.
 """
 
 from __future__ import annotations
@@ -11,19 +15,23 @@ from __future__ import annotations
 import sys
 import time
 from datetime import timedelta
+from typing import TextIO
 
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
 from mpskit.run.monitor import GB, MemoryMonitor
+from mpskit.run.summary import eval_text
 
 
 class ProgressLine(TrainerCallback):
-    """Runs after the MemoryMonitor (it reads its peak), before LLaMA-Factory's LogCallback writes."""
+    """Runs before LLaMA-Factory's LogCallback writes the entry it adds its figures to."""
 
-    def __init__(self, monitor: MemoryMonitor, predicted_gb: float | None) -> None:
+    def __init__(self, monitor: MemoryMonitor, predicted_gb: float | None, log_file: TextIO | None = None) -> None:
         self.monitor = monitor
         self.predicted_gb = predicted_gb
+        self.log_file = log_file
+        self.last_eval = ""
         self.started = time.perf_counter()
         self.first_step = 0
         self.first_tokens = 0
@@ -35,17 +43,27 @@ class ProgressLine(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         entry = state.log_history[-1] if state.log_history else {}
-        if "loss" not in entry:  # an evaluation's entry
-            return control
-        figures = self.figures(state.global_step, state.max_steps, state.num_input_tokens_seen or 0)
-        entry.update(figures)
-        if state.is_world_process_zero:  # through tqdm, so the trainer's progress bar is redrawn below it
-            tqdm.write(progress_text(state.global_step, state.max_steps, entry["loss"], figures), file=sys.stderr)
+        if "loss" in entry:
+            figures = self.figures(state.global_step, state.max_steps, state.num_input_tokens_seen or 0)
+            entry.update(figures)
+            self._say(state, progress_text(state.global_step, state.max_steps, entry, figures))
+        elif "eval_loss" in entry:
+            text = f"mpskit: step {state.global_step}/{state.max_steps} held-out | {eval_text(entry)}"
+            if text != self.last_eval:  # the evaluation after the last step may repeat the one at it
+                self._say(state, text)
+            self.last_eval = text
         return control
+
+    def _say(self, state, text: str) -> None:
+        if state.is_world_process_zero:  # through tqdm, so a progress bar (where kept) is redrawn below it
+            tqdm.write(text, file=sys.stderr)
+            if self.log_file:
+                print(text, file=self.log_file, flush=True)
 
     def figures(self, step: int, total: int, tokens: int) -> dict:
         elapsed = time.perf_counter() - self.started
         done = step - self.first_step
+        self.monitor.update_exact_peak()
         figures = {"memory_training_gb": round((self.monitor.peak - self.monitor.baseline) / GB, 4)}
         if self.predicted_gb:
             figures["memory_predicted_gb"] = round(self.predicted_gb, 4)
@@ -56,13 +74,15 @@ class ProgressLine(TrainerCallback):
         return figures
 
 
-def progress_text(step: int, total: int, loss: float, figures: dict) -> str:
-    parts = [f"step {step}/{total}", f"loss {loss:.4f}"]
+def progress_text(step: int, total: int, entry: dict, figures: dict) -> str:
+    parts = [f"step {step}/{total}", f"loss {entry['loss']:.4f}"]
+    if "learning_rate" in entry:
+        parts.append(f"lr {entry['learning_rate']:.2e}")
     if "tokens_per_s" in figures:
         parts.append(f"{figures['tokens_per_s']:,.0f} tokens/s")
-    memory = f"peak {figures['memory_training_gb']:.2f} GB"
+    memory = f"peak train memory {figures['memory_training_gb']:.2f} GB"
     if "memory_predicted_gb" in figures:
-        memory += f" (predicted {figures['memory_predicted_gb']:.2f})"
+        memory += f" (plan {figures['memory_predicted_gb']:.2f} GB)"
     parts.append(memory)
     if "eta_s" in figures:
         parts.append(f"ETA {timedelta(seconds=round(figures['eta_s']))}")

@@ -69,16 +69,27 @@ def _plot(runs: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (loss_axis, bar_axis) = plt.subplots(1, 2, figsize=(11, 4))
-    labels = [run["stage"] if run["stage"] == "dpo" else f"scale {run['pref_beta_scale']}" for run in runs]
+    labels = distinct_labels(runs)
     for run, label in zip(runs, labels, strict=True):
         steps, losses = zip(*run["_losses"], strict=True) if run["_losses"] else ((), ())
         loss_axis.plot(steps, losses, label=label)
-    loss_axis.set_xlabel("step")
+    loss_axis.set_xlabel("optimizer step")
     loss_axis.set_ylabel("train loss")
-    loss_axis.legend()
-    bar_axis.bar(labels, [run["eval_rewards/margins"] or 0.0 for run in runs], color="tab:orange")
+    loss_axis.legend(fontsize="small")
+    bar_axis.bar(range(len(runs)), [run["eval_rewards/margins"] or 0.0 for run in runs], color="tab:orange")
+    bar_axis.set_xticks(range(len(runs)), labels, rotation=20, ha="right", fontsize="small")
     bar_axis.set_ylabel("held-out reward margin")
     fig.suptitle("DPO vs fooDPO by pref_beta_scale")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def distinct_labels(runs: list[dict]) -> list[str]:
+    """One label per run: its stage (fooDPO with its pref_beta_scale), and its run name where two
+    would otherwise read the same, then its place in the list where even that repeats."""
+    kinds = [run["stage"] if run["stage"] != "foodpo" else f"foodpo scale {run['pref_beta_scale']}" for run in runs]
+    labels = [
+        kind if kinds.count(kind) == 1 else f"{kind} ({run['run']})" for kind, run in zip(kinds, runs, strict=True)
+    ]
+    return [label if labels.count(label) == 1 else f"{label} #{i + 1}" for i, label in enumerate(labels)]

@@ -9,10 +9,8 @@ judged this way (SFT too), on data it did not train on. Results go to <run>/eval
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from mpskit.engine.foodpo import FOODPO_KEYS
 from mpskit.errors import MpskitError
 from mpskit.inputs.dataset_checks import check_datasets
 from mpskit.recipes.checks import check_model
+from mpskit.run.quiet import library_output
 from mpskit.stages import stage_of
 from mpskit.tools.compare import markdown_table
 from mpskit.tools.use_run import inference_args, open_trained
@@ -58,7 +57,7 @@ def evaluate_run(
         }
         check_datasets({"stage": "dpo", "eval_dataset": dataset, "dataset_dir": eval_args.get("dataset_dir", "data")})
         out.mkdir(parents=True)
-        with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory prints its metrics; stdout is the table's
+        with library_output(out):  # LLaMA-Factory prints its metrics; stdout is the table's
             lf.run({key: value for key, value in eval_args.items() if key not in FOODPO_KEYS})
         results = run.results(out)
     row = {"run": os.path.relpath(run.path), "stage": stage, "eval dataset": dataset}

@@ -5,13 +5,13 @@ hid it, before LLaMA-Factory (and torch) load."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import sys
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.run.quiet import library_output
 from mpskit.rundir import RunDir, latest_run_dir
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -58,7 +58,7 @@ def chat(
 ) -> None:
     """One answer to `prompt`, or a loop on standard input (`exit` ends it, `clear` forgets)."""
     args = inference_args(open_trained(run_dir, allow_unfinished))
-    with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory logs to stdout; there, only answers
+    with library_output():  # stdout is for the answers
         from llamafactory.chat import ChatModel
 
         model = ChatModel({**args, "max_new_tokens": max_new_tokens})
@@ -98,7 +98,7 @@ def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bo
     with run.locked("mpskit export"):
         args = inference_args(run)
         try:
-            with contextlib.redirect_stdout(sys.stderr):  # LLaMA-Factory's log lines
+            with library_output():
                 from llamafactory.train.tuner import export_model
 
                 export_model({**args, "export_dir": str(partial)})

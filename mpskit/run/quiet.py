@@ -1,0 +1,100 @@
+"""What the libraries print, kept off the terminal unless asked for.
+
+transformers and LLaMA-Factory log every loaded config at INFO, print a tokenised training example
+and a metrics block, and draw progress bars; mpskit's own progress line says what a user follows.
+By default they show their warnings only; `-v` (MPSKIT_VERBOSE=1) gives everything back. Where a run
+folder is given, everything they log or print is also written to its train.log, verbose or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+VERBOSE_VARIABLE = "MPSKIT_VERBOSE"
+LIBRARIES = ("llamafactory", "transformers", "datasets", "accelerate", "peft", "trl", "huggingface_hub")
+LOG_FILE = "train.log"
+
+
+def is_verbose() -> bool:
+    return os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
+
+
+class _Tee:
+    """A stream that writes to several (the terminal and the log file)."""
+
+    def __init__(self, *streams: TextIO) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
+@contextlib.contextmanager
+def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False) -> Iterator[TextIO | None]:
+    """Within: the libraries' log lines on stderr, their warnings only unless verbose; what they print
+    (LLaMA-Factory's tokenised example, transformers' metrics block) off stdout, which stays for
+    mpskit's own output. With `log_dir`, all of it also goes to its LOG_FILE. `keep_progress_bar`: the
+    user asked for transformers' bar (`disable_tqdm: false`), so it and its printed log dicts stay.
+    Yields the open log file (None without `log_dir`), for mpskit's own lines."""
+    import datasets
+    import transformers.trainer
+    from llamafactory.extras import logging as lf_logging
+    from transformers import TrainerCallback
+    from transformers.utils import logging as hf_logging
+
+    verbose = is_verbose()
+    hf_logging.get_logger(), lf_logging.get_logger()  # each library's own handler is set up
+    loggers = [logging.getLogger(name) for name in LIBRARIES]
+    handlers = [handler for logger in loggers for handler in logger.handlers if type(handler) is logging.StreamHandler]
+    saved = [(handler, handler.level) for handler in handlers]
+    saved_callbacks = transformers.trainer.DEFAULT_PROGRESS_CALLBACK, transformers.trainer.PrinterCallback
+    with contextlib.ExitStack() as stack:
+        log_file = stack.enter_context(open(log_dir / LOG_FILE, "a", encoding="utf-8")) if log_dir else None
+        file_handler = logging.StreamHandler(log_file) if log_file else None
+        for handler in handlers:
+            handler.setStream(sys.stderr)
+            if not verbose:
+                handler.setLevel(logging.WARNING)
+        if file_handler:
+            for logger in loggers:
+                logger.addHandler(file_handler)
+            file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            for name in ("transformers", "llamafactory"):
+                logging.getLogger(name).setLevel(logging.INFO)
+        if not verbose:
+            hf_logging.disable_progress_bar()
+            datasets.disable_progress_bars()
+            if not keep_progress_bar:  # a callback that does nothing
+                transformers.trainer.DEFAULT_PROGRESS_CALLBACK = transformers.trainer.PrinterCallback = TrainerCallback
+        terminal = sys.stderr if verbose else None
+        printed = [stream for stream in (terminal, log_file) if stream] or [stack.enter_context(open(os.devnull, "w"))]
+        stack.enter_context(contextlib.redirect_stdout(_Tee(*printed)))
+        try:
+            yield log_file
+        finally:
+            for logger in loggers:
+                logger.removeHandler(file_handler)
+            for handler, level in saved:  # on stderr from now on: stdout is mpskit's
+                handler.setLevel(level)
+            transformers.trainer.DEFAULT_PROGRESS_CALLBACK, transformers.trainer.PrinterCallback = saved_callbacks
+            hf_logging.enable_progress_bar()
+            datasets.enable_progress_bars()
+
+
+def log_line(log_dir: Path | None, text: str) -> None:
+    """One of mpskit's own lines, added to the run's train.log beside what the libraries wrote."""
+    if log_dir is not None and log_dir.is_dir():
+        with open(log_dir / LOG_FILE, "a", encoding="utf-8") as file:
+            file.write(text + "\n")

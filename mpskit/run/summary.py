@@ -1,0 +1,79 @@
+"""The lines a run ends on, however it ended: where its adapter is, how training went, its memory
+against the plan, and the commands to run next. Read from the run folder alone (mpskit.json,
+trainer_log.jsonl, all_results.json), so a resumed or relaunched run ends the same way."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+
+from mpskit.rundir import WEIGHT_FILES, RunDir
+from mpskit.stages import stage_of
+
+ADAPTER = "adapter_model.safetensors"
+
+
+def summary_lines(run: RunDir) -> list[str]:
+    record, log = run.record, run.log()
+    where = _shown(run.path)
+    outcome = record.attempts[-1].outcome if record.attempts else "never started"
+    steps = [row for row in log if "loss" in row]
+    total = log[-1].get("total_steps") if log else None
+    reached = log[-1].get("current_steps", 0) if log else 0
+    head = f"{record.stage} run {'finished' if run.finished else outcome}"
+    wall_s = time.time() - psutil.Process().create_time()  # this command's, imports and loading included
+    lines = [f"{head} in {_duration(wall_s)}: step {reached}/{total or '?'}"]
+    if steps:
+        best = min(steps, key=lambda row: row["loss"])
+        lines[0] += (
+            f", loss {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f}"
+            f" (lowest {best['loss']:.4f} at step {best['current_steps']})"
+        )
+    held_out = eval_text(run.results())
+    if held_out:
+        lines.append(f"held-out at the end | {held_out}")
+    measured, predicted = record.memory.measured, record.memory.predicted_training_gb
+    if measured:
+        memory = f"peak train memory {measured['training_gb']:.2f} GB"
+        lines.append(memory + (f" (plan {predicted:.2f} GB)" if predicted else ""))
+    if not run.finished:  # the error or stop line that follows says how to go on
+        newest = run.last_checkpoint()
+        lines.append(f"newest complete checkpoint: {f'{where}/{newest.name}' if newest else 'none'}")
+        return [f"mpskit: {line}" for line in lines]
+    saved = next((name for name in WEIGHT_FILES if (run.path / name).is_file()), None)
+    lines.append(f"saved: {where}/{saved}" if saved else f"saved in {where}")
+    if saved == ADAPTER:
+        lines.append(f"next: mpskit chat {where}")
+        lines.append(f"      mpskit eval {where}{'' if _judges_itself(record) else ' --dataset PAIRS'}")
+        lines.append(f"      mpskit export {where} -o merged-model/")
+    return [f"mpskit: {line}" for line in lines]
+
+
+def _judges_itself(record) -> bool:
+    """`mpskit eval RUN` needs no --dataset: a preference run with held-out pairs (evaluate.py)."""
+    stage = stage_of(record.stage)
+    return bool(stage.pairs and stage.reference_model and record.llamafactory_args.get("eval_dataset"))
+
+
+def _shown(path: Path) -> str:
+    """The run folder as the user would type it from here."""
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else str(path)
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{seconds:.1f} s"
+
+
+HELD_OUT_SHOWN = ("eval_loss", "eval_accuracy", "eval_rewards/accuracies", "eval_rewards/margins", "eval_dynamic_beta")
+
+
+def eval_text(metrics: dict) -> str:
+    """An evaluation's main figures: `loss 0.3362 | rewards/accuracies 1.0000 | rewards/margins 0.9311`
+    (the rest are in trainer_log.jsonl and all_results.json)."""
+    shown = [(key, metrics[key]) for key in HELD_OUT_SHOWN if key in metrics]
+    return " | ".join(f"{key.removeprefix('eval_')} {value:.4f}" for key, value in shown)

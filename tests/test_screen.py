@@ -1,0 +1,127 @@
+"""What a user sees on a terminal: `mpskit train` through a pseudo-terminal (so tqdm and the libraries
+behave as they do for a person), one mpskit line per logging step, the libraries quiet, a summary at
+the end; `-v` gives the libraries' logs back. And `mpskit demo`, which shows its stages learning."""
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+STEP_LINE = re.compile(
+    r"^mpskit: step (\d+)/6 \| loss \d+\.\d{4} \| lr \d\.\d\de-\d\d \| [\d,]+ tokens/s"
+    r" \| peak train memory (\d+\.\d\d) GB \(plan \d+\.\d\d GB\) \| ETA \d+:\d\d:\d\d$"
+)
+
+
+def run_on_terminal(words: list[str], cwd: Path) -> list[str]:
+    """The command's screen through a pseudo-terminal, split into lines at every newline and carriage
+    return (a progress bar redrawn in place counts once per redraw)."""
+    leader, follower = pty.openpty()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "mpskit.cli", *words],
+        cwd=cwd,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+    )
+    os.close(follower)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(leader)
+    assert child.wait(timeout=600) == 0, screen.decode(errors="replace")[-3000:]
+    return [line for line in re.split(r"[\r\n]+", screen.decode(errors="replace")) if line.strip()]
+
+
+def train_words(tiny_model: Path) -> list[str]:
+    return ["train", f"model_name_or_path={tiny_model}", "template=qwen", "stage=sft", "dataset=demo_sft",
+            f"dataset_dir={ROOT / 'data'}", "max_steps=6", "logging_steps=1", "save_steps=3",
+            "include_num_input_tokens_seen=true"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def quiet_run(tiny_model, tmp_path_factory):
+    work = tmp_path_factory.mktemp("screen")
+    return run_on_terminal(train_words(tiny_model), work), work
+
+
+def test_one_mpskit_line_per_logging_step_and_little_else(quiet_run):
+    lines, _ = quiet_run
+    steps = [STEP_LINE.match(line) for line in lines if line.startswith("mpskit: step")]
+    assert all(steps), [line for line in lines if line.startswith("mpskit: step")]
+    assert [int(match.group(1)) for match in steps] == [1, 2, 3, 4, 5, 6]
+    assert not [line for line in lines if "'loss'" in line or "it/s]" in line]  # transformers' dict, tqdm's bar
+    others = [line for line in lines if not line.startswith("mpskit:")]
+    assert len(others) < 15, others
+
+
+def test_the_run_ends_on_a_summary_naming_the_adapter_and_next_commands(quiet_run):
+    lines, work = quiet_run
+    run_dir = (work / "output" / "sft-model" / "latest").resolve()
+    summary = lines[lines.index(next(line for line in lines if line.startswith("mpskit: sft run finished"))) :]
+    assert re.match(r"mpskit: sft run finished in [\d.]+ s: step 6/6, loss \d+\.\d+ -> \d+\.\d+", summary[0])
+    saved = next(line for line in summary if line.startswith("mpskit: saved: "))
+    assert (work / saved.removeprefix("mpskit: saved: ")).resolve() == run_dir / "adapter_model.safetensors"
+    assert any(line.startswith("mpskit: next: mpskit chat output/sft-model/") for line in summary)
+    assert any("mpskit export output/sft-model/" in line for line in summary)
+    # one memory figure, the same on every line that prints it and in the record
+    measured = json.loads((run_dir / "mpskit.json").read_text())["memory"]["measured"]["training_gb"]
+    memory_line = next(line for line in summary if line.startswith("mpskit: peak train memory"))
+    assert f"peak train memory {measured:.2f} GB" in memory_line
+    logged = [
+        row["memory_training_gb"] for row in map(json.loads, (run_dir / "trainer_log.jsonl").open()) if "loss" in row
+    ]
+    assert logged == sorted(logged) and logged[-1] <= measured
+
+
+def test_the_full_log_is_in_the_run_folder(quiet_run):
+    _, work = quiet_run
+    log = (work / "output" / "sft-model" / "latest" / "train.log").read_text()
+    for kept in ("Model config Qwen2Config", "***** Running training *****", "training example:", "mpskit: step 6/6",
+                 "train_loss", "mpskit: saved: "):  # fmt: skip
+        assert kept in log
+
+
+def test_verbose_gives_the_library_logs_back(tiny_model, tmp_path):
+    lines = run_on_terminal([*train_words(tiny_model), "-v"], tmp_path)
+    assert any("Model config Qwen2Config" in line for line in lines)
+    assert any("'loss'" in line for line in lines)  # transformers' own log dict, under its bar
+    assert len([line for line in lines if STEP_LINE.match(line)]) == 6
+
+
+def test_the_demo_shows_each_stage_and_what_training_changed(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "mpskit.cli", "demo"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    sections = re.split(r"^mpskit demo: \d/3 training ", out, flags=re.M)[1:]
+    assert [section.split()[0] for section in sections] == ["sft", "dpo", "foodpo"]
+    for stage, section in zip(("sft", "dpo", "foodpo"), sections, strict=True):
+        assert len(re.findall(r"^  mpskit: step \d+/66 \| loss", section, re.M)) == 13  # every 5 steps
+        assert re.search(rf"^  mpskit: {stage} run finished in [\d.]+ s: step 66/66", section, re.M)
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split()[:1] in (["sft"], ["dpo"], ["foodpo"])}
+    before, after = map(float, re.search(r"loss (\d+\.\d+) -> (\d+\.\d+)", rows["sft"]).groups())
+    assert after < before - 0.2  # SFT: held-out answers more likely than before the first step
+    for stage in ("dpo", "foodpo"):
+        before, after = map(float, re.search(r"reward accuracy (\d\.\d+) -> (\d\.\d+)", rows[stage]).groups())
+        assert before < 0.5 and after > 0.9
+    assert "answers" in out and "are noise" in out  # the closing chat answer is said to be noise
