@@ -33,3 +33,5 @@ def test_doctor_reports_and_measures_on_this_cpu(tiny_model):
     for line in steps:
         estimate, measured = (float(word.rstrip("G")) for word in line.split()[-3:-1])
         assert estimate > 0 and measured > 0
+    assert len([line for line in out.splitlines() if line.startswith("llamafactory ")]) == 1
+    assert out.splitlines()[-1].startswith("verdict: ready to train on cpu")

@@ -119,3 +119,15 @@ def test_seed_command_line_style_is_accepted(tmp_path, tiny_model):
     assert "use_mps_device" in result.stderr and "warning" in result.stderr
     args = yaml.safe_load(result.stdout)
     assert args["stage"] == "foodpo" and args["pref_beta_scale"] == 0.05 and "use_mps_device" not in args
+
+
+def test_comparison_labels_keep_runs_with_the_same_stage_and_scale_apart():
+    from mpskit.tools.compare import distinct_labels
+
+    runs = [{"stage": "dpo", "pref_beta_scale": "-", "run": "a/1"},
+            {"stage": "foodpo", "pref_beta_scale": 0.05, "run": "b/1"},
+            {"stage": "foodpo", "pref_beta_scale": 0.05, "run": "b/2"},
+            {"stage": "foodpo", "pref_beta_scale": 0.05, "run": "b/2"}]  # fmt: skip
+    labels = distinct_labels(runs)
+    assert labels[0] == "dpo" and len(set(labels)) == 4
+    assert labels[1] == "foodpo scale 0.05 (b/1)" and labels[3] == "foodpo scale 0.05 (b/2) #4"

@@ -106,7 +106,7 @@ def test_plan_says_3b_on_8gb_m1_does_not_fit_and_what_would():
     result = run_mpskit("plan", "preset=sft", "model_preset=qwen2.5-3b", "--hardware", "m1-8gb")
     assert result.returncode == 3, result.stderr  # the report, and an exit code scripts can test
     assert "NO SETTING FITS" in result.stdout
-    assert "GB over the budget" in result.stdout
+    assert "GB over the budget" in result.stdout and "that the planner fills (85%" in result.stdout
     assert "model_preset=qwen2.5-0.5b" in result.stdout
     assert "--hardware m1-pro-16gb" in result.stdout
 

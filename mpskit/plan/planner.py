@@ -148,7 +148,10 @@ def plan(
         result.smallest = min(options, key=lambda o: o.estimate.training)
         over = (result.smallest.estimate.training - limit) / GB
         needs = result.smallest.estimate.training / GB
-        result.would_fit = [f"the smallest setting needs {needs:.2f} GB, {over:.2f} GB over the budget"]
+        result.would_fit = [
+            f"the smallest setting needs {needs:.2f} GB, {over:.2f} GB over the budget's {limit / GB:.2f} GB that "
+            f"the planner fills ({1 - SAFETY_MARGIN:.0%}: it keeps {SAFETY_MARGIN:.0%} spare for what no estimate sees)"
+        ]
     return result
 
 

@@ -46,9 +46,9 @@ def plot_foodpo(run_dir: str | Path, title: str) -> Path | None:
     margin_axis.plot(steps, [row["rewards/margins"] for row in rows], color="tab:orange", marker=".",
                      label="reward margin (chosen - rejected)")  # fmt: skip
     margin_axis.set_ylabel("reward margin", color="tab:orange")
-    beta_axis.set_title(f"fooDPO: {title}")
-    fig.legend(loc="upper left", bbox_to_anchor=(0.08, 0.98), fontsize="small")
-    fig.tight_layout()
+    beta_axis.set_title(f"{title}: dynamic beta and reward margin")
+    fig.legend(loc="lower center", ncol=2, fontsize="small")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     out = run_dir / "foodpo_beta_margin.png"
     fig.savefig(out, dpi=100)
     plt.close(fig)

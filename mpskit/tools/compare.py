@@ -22,7 +22,7 @@ def summarise_run(run_dir: Path) -> dict:
     train_rows = [row for row in run.log() if "loss" in row]
     betas = [row["dynamic_beta"] for row in train_rows if "dynamic_beta" in row]
     return {
-        "run": run_dir.parent.name,
+        "run": f"{run_dir.parent.name}/{run_dir.name}",
         "stage": record.stage,
         "pref_beta_scale": args.get("pref_beta_scale", 0.0) if record.stage == "foodpo" else "-",
         "final_train_loss": train_rows[-1]["loss"] if train_rows else float("nan"),
@@ -75,13 +75,13 @@ def _plot(runs: list[dict], path: Path) -> None:
         loss_axis.plot(steps, losses, label=label)
     loss_axis.set_xlabel("optimizer step")
     loss_axis.set_ylabel("train loss")
-    loss_axis.legend(fontsize="small")
+    loss_axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize="small")  # below: off the lines
     bar_axis.bar(range(len(runs)), [run["eval_rewards/margins"] or 0.0 for run in runs], color="tab:orange")
     bar_axis.set_xticks(range(len(runs)), labels, rotation=20, ha="right", fontsize="small")
     bar_axis.set_ylabel("held-out reward margin")
     fig.suptitle("DPO vs fooDPO by pref_beta_scale")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

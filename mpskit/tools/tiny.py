@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.inputs.presets import demo_data_dir, preset_model_dir
+from mpskit.run.quiet import is_verbose
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2's chat template (system prompt default, no tools), as in Qwen2.5's tokenizer_config.json.
@@ -67,6 +68,7 @@ def build_tiny_model(
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers.utils import logging as hf_logging
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -100,6 +102,8 @@ def build_tiny_model(
     )
     model = Qwen2ForCausalLM(config)
     out.mkdir(parents=True, exist_ok=True)
+    if not is_verbose():
+        hf_logging.disable_progress_bar()  # "Writing model shards" for one small file
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
