@@ -29,7 +29,7 @@ from mpskit.recipes.changes import say_changes
 from mpskit.recipes.checks import check_device, check_disk, check_packages, check_trains, check_with_engine, prepare
 from mpskit.run.attempts import run_attempts
 from mpskit.run.awake import kept_awake
-from mpskit.run.quiet import log_line
+from mpskit.run.quiet import log_lines
 from mpskit.run.summary import summary_lines
 from mpskit.rundir import (
     Attempt,
@@ -206,11 +206,19 @@ def _summary_at_end(path: Path) -> Iterator[None]:
     try:
         yield
     finally:
+        lines = _summary(path)
+        for line in lines:
+            print(line, file=sys.stderr)
+        log_lines(path, lines)
+
+
+def _summary(path: Path) -> list[str]:
+    """None where the run never trained, or its record cannot be read (the error that follows says why)."""
+    try:
         run = RunDir.open(path)
-        if run.record.attempts:
-            for line in summary_lines(run):
-                print(line, file=sys.stderr)
-                log_line(path, line)
+    except (MpskitError, OSError):
+        return []
+    return summary_lines(run) if run.record.attempts else []
 
 
 def _continue(run: RunDir, checkpoint: Path | None) -> Path:

@@ -12,6 +12,7 @@ count this attempt only, so a resumed run is not credited with the steps it skip
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from datetime import timedelta
@@ -58,7 +59,8 @@ class ProgressLine(TrainerCallback):
         if state.is_world_process_zero:  # through tqdm, so a progress bar (where kept) is redrawn below it
             tqdm.write(text, file=sys.stderr)
             if self.log_file:
-                print(text, file=self.log_file, flush=True)
+                with contextlib.suppress(OSError):  # a full disk: the checkpoint save says so, not this line
+                    print(text, file=self.log_file, flush=True)
 
     def figures(self, step: int, total: int, tokens: int) -> dict:
         elapsed = time.perf_counter() - self.started

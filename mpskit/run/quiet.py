@@ -41,6 +41,14 @@ class _Tee:
             stream.flush()
 
 
+class _LogFileHandler(logging.StreamHandler):
+    """train.log's handler: a line it cannot write (a full disk) is lost quietly, where logging would
+    print a traceback; the run itself stops with the disk's own one-line error."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
 @contextlib.contextmanager
 def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False) -> Iterator[TextIO | None]:
     """Within: the libraries' log lines on stderr, their warnings only unless verbose; what they print
@@ -62,7 +70,7 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
     saved_callbacks = transformers.trainer.DEFAULT_PROGRESS_CALLBACK, transformers.trainer.PrinterCallback
     with contextlib.ExitStack() as stack:
         log_file = stack.enter_context(open(log_dir / LOG_FILE, "a", encoding="utf-8")) if log_dir else None
-        file_handler = logging.StreamHandler(log_file) if log_file else None
+        file_handler = _LogFileHandler(log_file) if log_file else None
         for handler in handlers:
             handler.setStream(sys.stderr)
             if not verbose:
@@ -93,8 +101,8 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
             datasets.enable_progress_bars()
 
 
-def log_line(log_dir: Path | None, text: str) -> None:
-    """One of mpskit's own lines, added to the run's train.log beside what the libraries wrote."""
-    if log_dir is not None and log_dir.is_dir():
-        with open(log_dir / LOG_FILE, "a", encoding="utf-8") as file:
-            file.write(text + "\n")
+def log_lines(log_dir: Path, lines: list[str]) -> None:
+    """mpskit's own lines, added to the run's train.log beside what the libraries wrote; a log that
+    cannot be written (a full disk) loses them, and nothing else."""
+    with contextlib.suppress(OSError), open(log_dir / LOG_FILE, "a", encoding="utf-8") as file:
+        file.writelines(line + "\n" for line in lines)
