@@ -116,6 +116,10 @@ def test_two_sigterms_stop_at_once_and_keep_the_last_complete_checkpoint(tmp_pat
     assert "Traceback" not in stderr and "the newest complete checkpoint is checkpoint-" in stderr.splitlines()[-1]
     assert record(run_dir)["attempts"][-1]["outcome"].startswith("stopped by SIGTERM")
     assert checkpoints(run_dir) and all(incomplete_reason(p) is None for p in checkpoints(run_dir))
+    # the summary comes before the stop's own line: how far it got, and the checkpoint it names
+    newest = checkpoints(run_dir)[-1].relative_to(tmp_path)
+    assert stderr.splitlines()[-2] == f"mpskit: newest complete checkpoint: {newest}"
+    assert any(line.startswith("mpskit: sft run stopped by SIGTERM") for line in stderr.splitlines())
 
 
 def nan_model(tiny_model: Path, out: Path) -> Path:

@@ -2,12 +2,15 @@
 behave as they do for a person), one mpskit line per logging step, the libraries quiet, a summary at
 the end; `-v` gives the libraries' logs back. And `mpskit demo`, which shows its stages learning."""
 
+import fcntl
 import json
 import os
 import pty
 import re
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -23,13 +26,15 @@ def run_on_terminal(words: list[str], cwd: Path) -> list[str]:
     """The command's screen through a pseudo-terminal, split into lines at every newline and carriage
     return (a progress bar redrawn in place counts once per redraw)."""
     leader, follower = pty.openpty()
+    # a terminal 40 rows by 160 columns: on a pty of size 0, tqdm draws nothing
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
     child = subprocess.Popen(
         [sys.executable, "-m", "mpskit.cli", *words],
         cwd=cwd,
         stdin=follower,
         stdout=follower,
         stderr=follower,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     os.close(follower)
     screen = b""
@@ -125,3 +130,10 @@ def test_the_demo_shows_each_stage_and_what_training_changed(tmp_path):
         before, after = map(float, re.search(r"reward accuracy (\d\.\d+) -> (\d\.\d+)", rows[stage]).groups())
         assert before < 0.5 and after > 0.9
     assert "answers" in out and "are noise" in out  # the closing chat answer is said to be noise
+
+
+def test_disable_tqdm_false_keeps_transformers_bar_beside_the_mpskit_lines(tiny_model, tmp_path):
+    lines = run_on_terminal([*train_words(tiny_model), "disable_tqdm=false"], tmp_path)
+    assert any("it/s]" in line for line in lines) and len([line for line in lines if STEP_LINE.match(line)]) == 6
+    assert not any("Model config Qwen2Config" in line or "'loss'" in line for line in lines)  # printed: in the log
+    assert "{'loss'" in (tmp_path / "output" / "sft-model" / "latest" / "train.log").read_text()

@@ -54,7 +54,8 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
     """Within: the libraries' log lines on stderr, their warnings only unless verbose; what they print
     (LLaMA-Factory's tokenised example, transformers' metrics block) off stdout, which stays for
     mpskit's own output. With `log_dir`, all of it also goes to its LOG_FILE. `keep_progress_bar`: the
-    user asked for transformers' bar (`disable_tqdm: false`), so it and its printed log dicts stay.
+    user asked for transformers' bar (`disable_tqdm: false`), so it stays (the log dicts it prints
+    under it go where prints go).
     Yields the open log file (None without `log_dir`), for mpskit's own lines."""
     import datasets
     import transformers.trainer

@@ -17,13 +17,13 @@ ADAPTER = "adapter_model.safetensors"
 
 
 def summary_lines(run: RunDir) -> list[str]:
+    """For a run that has made at least one attempt."""
     record, log = run.record, run.log()
     where = _shown(run.path)
-    outcome = record.attempts[-1].outcome if record.attempts else "never started"
     steps = [row for row in log if "loss" in row]
     total = log[-1].get("total_steps") if log else None
     reached = log[-1].get("current_steps", 0) if log else 0
-    head = f"{record.stage} run {'finished' if run.finished else outcome}"
+    head = f"{record.stage} run {'finished' if run.finished else record.attempts[-1].outcome}"
     wall_s = time.time() - psutil.Process().create_time()  # this command's, imports and loading included
     lines = [f"{head} in {_duration(wall_s)}: step {reached}/{total or '?'}"]
     if steps:
