@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT
 
 STEP_LINE = re.compile(
-    r"^mpskit: step (\d+)/6 \| loss \d+\.\d{4} \| lr \d\.\d\de-\d\d \| [\d,]+ tokens/s"
+    r"^mpskit: step (\d+)/6 \| loss \d+\.\d{4} \| lr \d\.\d\de[-+]\d\d \| [\d,]+ tokens/s"
     r" \| peak train memory (\d+\.\d\d) GB \(plan \d+\.\d\d GB\) \| ETA \d+:\d\d:\d\d$"
 )
 

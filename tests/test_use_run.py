@@ -32,7 +32,7 @@ def finished_run(training) -> Path:
 def test_each_logged_step_prints_a_progress_line_and_logs_its_figures(training):
     run_dir, stderr = training
     line = re.compile(
-        r"^mpskit: step (\d)/3 \| loss \d+\.\d{4} \| lr \d\.\d\de-\d\d \| [\d,]+ tokens/s"
+        r"^mpskit: step (\d)/3 \| loss \d+\.\d{4} \| lr \d\.\d\de[-+]\d\d \| [\d,]+ tokens/s"
         r" \| peak train memory \d+\.\d\d GB \(plan \d+\.\d\d GB\) \| ETA 0:00:\d\d$"
     )
     steps = [int(match[1]) for text in stderr.splitlines() if (match := line.match(text))]
