@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test check-install lint demo chat doctor bench-memory bench-planner tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
+.PHONY: install test test-fast check-install lint demo chat doctor bench-memory bench-planner tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
 
 install: $(STAMP)
 
@@ -12,9 +12,18 @@ $(STAMP): pyproject.toml constraints.txt scripts/install.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/install.sh
 	touch $(STAMP)
 
+# The tests run on every core (pytest-xdist; at most 4 workers: each holds the libraries once, about
+# 1.5 GB). Modules whose tests share a module's runs stay on one worker (--dist loadgroup).
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup
+
 test: $(STAMP)
 	$(BIN)/ruff check mpskit tests bench scripts
-	$(BIN)/python -m pytest -q
+	$(PYTEST) --durations=25
+
+# The unit layer, without the real training runs (marked e2e): for the edit-test loop.
+test-fast: $(STAMP)
+	$(PYTEST) -m "not e2e"
 
 # A plain `pip install .` into a new venv that borrows .venv's dependencies, used from outside the
 # repository (CI runs it after make test).

@@ -1,29 +1,51 @@
+"""What the tests share: the warm runner for mpskit and llamafactory-cli commands, one tiny model per
+session. Under pytest-xdist (`make test`), modules whose
+tests share a module-scoped run carry `xdist_group(__name__)`, so one worker runs them all."""
+
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parent.parent
 # Nothing in the tests may reach a model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
+# Several pytest-xdist workers share the cores: torch's threads in each of them (OpenMP spins while it
+# waits) would slow every run several times over. Each worker's runs get its share of the cores.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // WORKERS)))
+TIMEOUT_S = 600
 
 
 def run_mpskit(*words: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mpskit.cli", *words],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=600,
-    )
+    """`python -m mpskit.cli WORDS` in a warm child (tests/warm.py). Tests about the process itself
+    (signals, kills, a terminal, what it imports) start their own interpreter with subprocess."""
+    return warm.run("mpskit.cli", list(words), cwd, {**os.environ, **(env or {})}, TIMEOUT_S)
+
+
+def run_llamafactory_cli(*words: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Plain `llamafactory-cli WORDS` (LLaMA-Factory's own entry point, nothing of mpskit's), in a warm child."""
+    return warm.run("llamafactory.cli", list(words), cwd, {**os.environ, **(env or {})}, TIMEOUT_S)
+
+
+def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder this test session shares between its workers (pytest-xdist's), or its own without them."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from mpskit.tools.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", ROOT / "data")
+    """The demo's tiny model, built once per test session (the first worker to ask builds it)."""
+    folder = shared_folder(tmp_path_factory)
+    model = folder / "tiny" / "model"
+    with FileLock(folder / "tiny.lock"):
+        if not (model / "config.json").is_file():
+            built = run_mpskit("tiny-model", str(model), "--data", str(ROOT / "data"))
+            assert built.returncode == 0, built.stderr
+    return model

@@ -4,14 +4,13 @@
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, run_mpskit
+from conftest import ROOT, run_llamafactory_cli, run_mpskit
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group(__name__)]
 FAST = ["learning_rate=5e-3", "num_train_epochs=2", "cutoff_len=128", f"dataset_dir={ROOT / 'data'}", "template=qwen"]
 
 
@@ -114,8 +113,7 @@ def llamafactory_cli_train(tmp_path: Path, *words: str) -> tuple[subprocess.Comp
     config = tmp_path / "llamafactory.yaml"
     made = run_mpskit("config", *words, "-o", str(config), cwd=tmp_path)
     assert made.returncode == 0, made.stderr
-    cli = Path(sys.executable).parent / "llamafactory-cli"
-    done = subprocess.run([str(cli), "train", str(config)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    done = run_llamafactory_cli("train", str(config), cwd=tmp_path)
     out = Path(yaml.safe_load(config.read_text())["output_dir"])
     return done, out if out.is_absolute() else tmp_path / out
 

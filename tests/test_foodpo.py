@@ -9,6 +9,8 @@ from conftest import ROOT
 from mpskit.engine.foodpo import FooDPOConfig, split_foodpo_args
 from mpskit.errors import MpskitError
 
+pytestmark = pytest.mark.xdist_group(__name__)
+
 IGNORE = -100
 
 

@@ -1,13 +1,16 @@
 """A CPU run on a machine with MPS must keep every tensor off MPS (seed 000).
 
 Linux has no MPS, so the probe fakes one the way torch reports it, then asks LLaMA-Factory,
-transformers and accelerate where they would put the model.
+transformers and accelerate where they would put the model: two fresh interpreters that import them
+(end to end: marked e2e).
 """
 
 import subprocess
 import sys
 
 import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group(__name__)]
 
 PROBE = """
 import functools, sys

@@ -16,6 +16,8 @@ from conftest import ROOT
 
 from mpskit.engine.foodpo import FooDPOConfig
 
+pytestmark = pytest.mark.xdist_group(__name__)
+
 IGNORE = -100
 QWEN_VOCAB = 151936
 # what differs between two runs of the same training: wall time, memory, progress
@@ -126,6 +128,7 @@ def assert_same(plain, lean) -> None:
         torch.testing.assert_close(lean_grads[name], grad, rtol=1e-4, atol=atol, msg=name)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("foodpo", [None, FooDPOConfig(pref_beta_scale=0.5), FooDPOConfig(0.5, ppl_source="reference")])
 def test_dpo_and_foodpo_lean_equal_plain(qwen_vocab_model, tmp_path, foodpo):
     from mpskit.engine.foodpo_trainer import build_dpo_trainer
@@ -153,6 +156,7 @@ def build_sft_trainer(args: dict, lean: bool):
     return build_trainer(args, functools.partial(LeanSFTTrainer, lean=LeanPath(True)) if lean else CustomSeq2SeqTrainer)
 
 
+@pytest.mark.e2e
 def test_sft_lean_equals_plain(qwen_vocab_model, tmp_path):
     args = trainer_args(qwen_vocab_model, tmp_path, "sft")
     plain, lean = build_sft_trainer(args, lean=False), build_sft_trainer(args, lean=True)
@@ -168,6 +172,7 @@ def test_sft_lean_equals_plain(qwen_vocab_model, tmp_path):
     assert lean.lean.report["training"] == "lean"
 
 
+@pytest.mark.e2e
 def test_full_finetuning_falls_back_and_says_so(qwen_vocab_model, tmp_path, capsys):
     from mpskit.engine.foodpo_trainer import build_dpo_trainer
 
@@ -187,11 +192,9 @@ def test_lean_run_logs_the_losses_of_the_plain_run(tmp_path, tiny_model, stage):
     """`mpskit train` (lean logits, the default) against the same run on whole logits: plain
     `llamafactory-cli train` on the YAML mpskit wrote for sft and dpo, `lean_logits=false` for foodpo
     (and for every logged metric of dpo)."""
-    import subprocess
-    import sys
     from pathlib import Path
 
-    from conftest import run_mpskit
+    from conftest import run_llamafactory_cli, run_mpskit
     from test_e2e import FAST
 
     # float32 (a CUDA plan would take bf16, where matrix products of different shapes round differently)
@@ -214,10 +217,8 @@ def test_lean_run_logs_the_losses_of_the_plain_run(tmp_path, tiny_model, stage):
     assert "lean_logits" not in yaml.safe_load((lean_dir / "llamafactory.yaml").read_text())
     plains = [mpskit_run("plain", "lean_logits=false")] if stage != "sft" else []
     if stage != "foodpo":
-        cli = Path(sys.executable).parent / "llamafactory-cli"
         out = tmp_path / "cli"
-        done = subprocess.run([str(cli), "train", str(lean_dir / "llamafactory.yaml"), f"output_dir={out}"],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+        done = run_llamafactory_cli("train", str(lean_dir / "llamafactory.yaml"), f"output_dir={out}", cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
         plains.append(out)
     lean_rows = logged(lean_dir)

@@ -5,13 +5,11 @@ does not train the file either (it fails, or it is a file for another command an
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, run_mpskit
+from conftest import ROOT, run_llamafactory_cli, run_mpskit
 
 EXAMPLES = ROOT / "tests" / "data" / "llamafactory_examples"
 FILES = sorted(str(path.relative_to(EXAMPLES)) for path in EXAMPLES.rglob("*.yaml"))
@@ -88,6 +86,5 @@ def test_each_example_trains_two_steps_or_is_refused_in_one_line(name, tiny_mode
     lines = [line for line in result.stderr.splitlines() if line.startswith("mpskit: error")]
     assert result.returncode == 2 and len(lines) == 1 and said in lines[0], result.stderr[-2000:]
     assert "Traceback" not in result.stderr and not list(tmp_path.rglob("mpskit.json"))
-    cli = Path(sys.executable).parent / "llamafactory-cli"
-    plain = subprocess.run([str(cli), "train", *words], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    plain = run_llamafactory_cli("train", *words, cwd=tmp_path)
     assert plain.returncode != 0 or not list(tmp_path.rglob("trainer_state.json")), plain.stderr[-2000:]

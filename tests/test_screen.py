@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group(__name__)]
 STEP_LINE = re.compile(
     r"^mpskit: step (\d+)/6 \| loss \d+\.\d{4} \| lr \d\.\d\de[-+]\d\d \| [\d,]+ tokens/s"
     r" \| peak train memory (\d+\.\d\d) GB \(plan \d+\.\d\d GB\) \| ETA \d+:\d\d:\d\d$"
@@ -34,7 +35,6 @@ def run_on_terminal(words: list[str], cwd: Path) -> list[str]:
         stdin=follower,
         stdout=follower,
         stderr=follower,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     os.close(follower)
     screen = b""
@@ -113,7 +113,6 @@ def test_the_demo_shows_each_stage_and_what_training_changed(tmp_path):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]

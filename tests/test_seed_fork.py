@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, run_mpskit
+from conftest import ROOT, run_llamafactory_cli, run_mpskit
 
 FORK = ROOT / "tests" / "data" / "seed_fork"
 FILES = sorted(str(path.relative_to(FORK)) for path in FORK.rglob("*.yaml"))
@@ -43,9 +43,7 @@ def test_each_file_trains_or_is_refused_in_one_line(name, tiny_model, tmp_path):
         assert result.returncode == 2 and said in result.stderr and not (tmp_path / "output").exists()
         assert len([line for line in result.stderr.splitlines() if "error" in line]) == 1
     if name in REFUSED:  # (report_to: wandb under plain llamafactory-cli: tests/test_user_configs.py)
-        cli = Path(sys.executable).parent / "llamafactory-cli"
-        plain = subprocess.run([str(cli), "train", *words, "max_steps=2"], cwd=tmp_path, capture_output=True,
-                               text=True, timeout=600)  # fmt: skip
+        plain = run_llamafactory_cli("train", *words, "max_steps=2", cwd=tmp_path)
         assert plain.returncode != 0
         return
     result = run_mpskit("train", *words, "report_to=none", "max_steps=2", cwd=tmp_path)

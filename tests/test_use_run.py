@@ -10,6 +10,8 @@ import pytest
 import yaml
 from conftest import ROOT, run_mpskit
 
+pytestmark = pytest.mark.xdist_group(__name__)
+
 
 @pytest.fixture(scope="module")
 def training(tmp_path_factory, tiny_model) -> tuple[Path, str]:

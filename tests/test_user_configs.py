@@ -5,13 +5,11 @@ import importlib.util
 import json
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, run_mpskit
+from conftest import ROOT, run_llamafactory_cli, run_mpskit
 
 DATA = ROOT / "data"
 
@@ -56,9 +54,7 @@ def test_a_run_file_trains_as_llamafactory_cli_trains_it(tmp_path, tiny_model):
     rows = [row for row in log_rows(run_dir) if "loss" in row]
     assert rows[0]["lr"] == pytest.approx(given["learning_rate"])
 
-    cli = Path(sys.executable).parent / "llamafactory-cli"
-    plain = subprocess.run([str(cli), "train", str(path), "output_dir=saves/plain"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    plain = run_llamafactory_cli("train", str(path), "output_dir=saves/plain", cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr[-3000:]
     plain_rows = [row for row in log_rows(tmp_path / "saves" / "plain") if "loss" in row]
     assert len(rows) == len(plain_rows) == 4
@@ -153,6 +149,5 @@ def test_a_missing_optional_package_is_one_line_before_the_run_and_fails_llamafa
     result = run_mpskit("train", str(path), cwd=tmp_path)
     assert result.returncode == 2 and f"pip install {package}" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "saves").exists()
-    cli = Path(sys.executable).parent / "llamafactory-cli"
-    plain = subprocess.run([str(cli), "train", str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    plain = run_llamafactory_cli("train", str(path), cwd=tmp_path)
     assert plain.returncode != 0 and package.replace("-", "_") in plain.stderr.lower().replace("-", "_")
