@@ -1,8 +1,9 @@
 """What the tests share: the warm runner for mpskit and llamafactory-cli commands, one tiny model per
-session. Under pytest-xdist (`make test`), modules whose
+session, and the patterns of mpskit's screen lines. Under pytest-xdist (`make test`), modules whose
 tests share a module-scoped run carry `xdist_group(__name__)`, so one worker runs them all."""
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,16 @@ WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // WORKERS)))
 TIMEOUT_S = 600
+# How a run's summary gives its duration: "12.3 s", or "1 min 13 s" past a minute.
+DURATION = r"(?:\d+ min \d+ s|\d+(?:\.\d+)? s)"
+
+
+def progress_line(steps: int) -> re.Pattern:
+    """mpskit's line for one logging step of a run of `steps` steps; group 1: the step, 2: the memory."""
+    return re.compile(
+        rf"^mpskit: step (\d+)/{steps} \| loss \d+\.\d{{4}} \| lr \d\.\d\de[-+]\d\d \| [\d,]+ tokens/s"
+        r" \| peak train memory (\d+\.\d\d) GB \(plan \d+\.\d\d GB\) \| ETA \d+:\d\d:\d\d$"
+    )
 
 
 def run_mpskit(*words: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -14,13 +14,10 @@ import termios
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import DURATION, ROOT, progress_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group(__name__)]
-STEP_LINE = re.compile(
-    r"^mpskit: step (\d+)/6 \| loss \d+\.\d{4} \| lr \d\.\d\de[-+]\d\d \| [\d,]+ tokens/s"
-    r" \| peak train memory (\d+\.\d\d) GB \(plan \d+\.\d\d GB\) \| ETA \d+:\d\d:\d\d$"
-)
+STEP_LINE = progress_line(6)
 
 
 def run_on_terminal(words: list[str], cwd: Path) -> list[str]:
@@ -77,7 +74,7 @@ def test_the_run_ends_on_a_summary_naming_the_adapter_and_next_commands(quiet_ru
     lines, work = quiet_run
     run_dir = (work / "output" / "sft-model" / "latest").resolve()
     summary = lines[lines.index(next(line for line in lines if line.startswith("mpskit: sft run finished"))) :]
-    assert re.match(r"mpskit: sft run finished in [\d.]+ s: step 6/6, loss \d+\.\d+ -> \d+\.\d+", summary[0])
+    assert re.match(rf"mpskit: sft run finished in {DURATION}: step 6/6, loss \d+\.\d+ -> \d+\.\d+", summary[0])
     saved = next(line for line in summary if line.startswith("mpskit: saved: "))
     assert (work / saved.removeprefix("mpskit: saved: ")).resolve() == run_dir / "adapter_model.safetensors"
     assert any(line.startswith("mpskit: next: mpskit chat output/sft-model/") for line in summary)
@@ -121,7 +118,7 @@ def test_the_demo_shows_each_stage_and_what_training_changed(tmp_path):
     assert [section.split()[0] for section in sections] == ["sft", "dpo", "foodpo"]
     for stage, section in zip(("sft", "dpo", "foodpo"), sections, strict=True):
         assert len(re.findall(r"^  mpskit: step \d+/66 \| loss", section, re.M)) == 13  # every 5 steps
-        assert re.search(rf"^  mpskit: {stage} run finished in [\d.]+ s: step 66/66", section, re.M)
+        assert re.search(rf"^  mpskit: {stage} run finished in {DURATION}: step 66/66", section, re.M)
     rows = {line.split()[0]: line for line in out.splitlines() if line.split()[:1] in (["sft"], ["dpo"], ["foodpo"])}
     before, after = map(float, re.search(r"loss (\d+\.\d+) -> (\d+\.\d+)", rows["sft"]).groups())
     assert after < before - 0.2  # SFT: held-out answers more likely than before the first step

@@ -2,13 +2,12 @@
 plain transformers loads and that computes what the adapter-wrapped model computes."""
 
 import json
-import re
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, run_mpskit
+from conftest import ROOT, progress_line, run_mpskit
 
 pytestmark = pytest.mark.xdist_group(__name__)
 
@@ -33,10 +32,7 @@ def finished_run(training) -> Path:
 @pytest.mark.e2e
 def test_each_logged_step_prints_a_progress_line_and_logs_its_figures(training):
     run_dir, stderr = training
-    line = re.compile(
-        r"^mpskit: step (\d)/3 \| loss \d+\.\d{4} \| lr \d\.\d\de[-+]\d\d \| [\d,]+ tokens/s"
-        r" \| peak train memory \d+\.\d\d GB \(plan \d+\.\d\d GB\) \| ETA 0:00:\d\d$"
-    )
+    line = progress_line(3)
     steps = [int(match[1]) for text in stderr.splitlines() if (match := line.match(text))]
     assert steps == [1, 2, 3], stderr[-3000:]
     entries = [json.loads(text) for text in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
