@@ -234,3 +234,32 @@ def test_lean_run_logs_the_losses_of_the_plain_run(tmp_path, tiny_model, stage):
                 # 0.01) by ~2e-7: the metrics near zero are held to 1e-6, the loss to 1e-5 relative
                 tolerance = {"rel": 1e-5} if key == "loss" else {"rel": 1e-5, "abs": 1e-6}
                 assert lean_row[key] == pytest.approx(plain_row[key], **tolerance), (key, lean_row["current_steps"])
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("stage", ["sft", "dpo"])
+def test_a_16_bit_checkpoint_under_bf16_takes_the_lean_path(tmp_path, tiny_model, stage):
+    """Real checkpoints are bf16, and under bf16 mixed precision accelerate hands the hidden states back
+    in float32 while the output layer stays bf16: the lean path takes them at the weights' dtype, as
+    autocast gives the output layer, and logs the whole-logits run's first loss."""
+    from conftest import run_mpskit
+    from test_e2e import FAST
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = tmp_path / "bf16-model"
+    AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.bfloat16).save_pretrained(model)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(model)
+    words = [f"preset={stage}", f"model_name_or_path={model}", *FAST, "max_steps=2", "logging_steps=1", "bf16=true",
+             "eval_strategy=no", "save_steps=1000"]  # fmt: skip
+    first = {}
+    for name, lean in (("lean", "lean_logits=true"), ("plain", "lean_logits=false")):
+        result = run_mpskit("train", *words, lean, f"run_name={name}", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        run_dir = (tmp_path / "output" / name / "latest").resolve()
+        record = json.loads((run_dir / "mpskit.json").read_text())
+        assert record["llamafactory_args"]["bf16"] is True
+        rows = [json.loads(line) for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
+        first[name] = next(row["loss"] for row in rows if "loss" in row)
+        if name == "lean":
+            assert record["attempts"][-1]["lean_logits"]["training"] == "lean"
+    assert first["lean"] == pytest.approx(first["plain"], rel=1e-5)

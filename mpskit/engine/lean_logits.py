@@ -37,8 +37,11 @@ class _ChunkedTokenLogps(torch.autograd.Function):
         rows = chunk_rows(weight.size(0))
         for start in range(0, hidden.size(0), rows):
             end = start + rows
-            # the same operations as LLaMA-Factory's get_batch_logps on whole logits, a chunk of rows at a time
-            log_softmax = torch.nn.functional.linear(hidden[start:end], weight).float().log_softmax(-1)
+            # the same operations as LLaMA-Factory's get_batch_logps on whole logits, a chunk of rows at a time;
+            # the hidden states at the weights' dtype, as autocast gives the output layer (accelerate hands
+            # them back in float32 under mixed precision, while a 16-bit checkpoint keeps 16-bit weights)
+            rows_in = hidden[start:end].to(weight.dtype)
+            log_softmax = torch.nn.functional.linear(rows_in, weight).float().log_softmax(-1)
             target = targets[start:end].unsqueeze(1)
             logps[start:end] = log_softmax.gather(1, target).squeeze(1)
             if grad is not None:
