@@ -45,13 +45,16 @@ def _resolve_from_words(words: list[str], typed: bool = True):
     return resolve(given.values, hardware=given.hardware, run_file=bool(given.run_file)), given.output
 
 
-def _note_cuda_only(run) -> None:
-    """`config` and `plan` write and plan CUDA-only options anywhere, with a note; `train` refuses them
-    off CUDA (checks.check_device)."""
+def _note_device_problems(run) -> None:
+    """`config` and `plan` write and plan options the run's device cannot run, with a note; `train`
+    refuses them there (checks.check_device)."""
+    from mpskit.inputs.quantization import device_problems
     from mpskit.inputs.resolve import cuda_only
 
     for problem in cuda_only(run.args, run.device):
         warn(f"{problem}: this config is for a CUDA machine")
+    for problem, fix in device_problems(run.args, run.device):
+        warn(f"{problem} ({fix})")
 
 
 def cmd_detect(ns: argparse.Namespace) -> int:
@@ -98,7 +101,7 @@ def cmd_config(words: list[str]) -> int:
 
     force = "--force" in words
     run, output = _resolve_from_words([word for word in words if word != "--force"])
-    _note_cuda_only(run)
+    _note_device_problems(run)
     if output and (Path(output).exists() or Path(output).is_symlink()) and not force:
         raise MpskitError(f"{output} already exists", "give -o a new file, or add --force to replace it")
     run, _ = prepare(run, need_weights=False)
@@ -135,7 +138,7 @@ def cmd_plan(words: list[str]) -> int:
     as_json, probing = "--json" in words, "--probe" in words
     words = [w for w in words if w not in ("--json", "--probe")]
     run, _ = _resolve_from_words(words, typed=False)
-    _note_cuda_only(run)
+    _note_device_problems(run)
     lf.check_keys(run.args, lf.key_names())
     check_datasets(run.args, rows=False)  # names and stage as train checks them; rows only there
     if probing:

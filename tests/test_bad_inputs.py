@@ -102,6 +102,10 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("config_only_model/config.json", "{}")
     write("no_tokenizer_model/config.json", "{}")
     write("no_tokenizer_model/model.safetensors", "")
+    for path in model.iterdir():  # the tiny model as if saved GPTQ-quantized
+        write(f"gptq_model/{path.name}", path.read_bytes())
+    config = json.loads((model / "config.json").read_text())
+    write("gptq_model/config.json", json.dumps({**config, "quantization_config": {"quant_method": "gptq", "bits": 4}}))
     (work / "dangling").symlink_to(work / "nowhere")
     rows = {
         "broken.json": "[{\"instruction\": \"a\",",
@@ -263,7 +267,15 @@ CASES = [
     ("lean attention maybe", ["train", "BASE", "lean_attention=maybe"], ["lean_attention='maybe'"]),
     ("lean attention a number", ["plan", "BASE", "lean_attention=2"], ["lean_attention=2"]),
     ("finetuning type unknown", ["train", "BASE", "finetuning_type=qlora"], ["invalid choice: 'qlora'"]),
-    ("QLoRA on the CPU", ["train", "BASE", "quantization_bit=4"], ["quantization_bit=4", "CUDA"]),
+    ("quantization to 3 bits", ["train", "BASE", "quantization_bit=3"], ["quantization_bit=3", "4 bits (NF4) or 8"]),
+    ("quantization to 5 bits", ["plan", "BASE", "quantization_bit=5"], ["quantization_bit=5"]),
+    ("quantized by HQQ", ["train", "BASE", "quantization_bit=4", "quantization_method=hqq"], ["hqq", "bitsandbytes"]),
+    ("quantized full fine-tuning", ["train", "BASE", "quantization_bit=4", "finetuning_type=full"], ["adapters only"]),
+    (
+        "GPTQ base on the CPU",
+        ["train", "preset=sft", "model_name_or_path={w}/gptq_model", "template=qwen", f"dataset_dir={DATA}"],
+        ["GPTQ-quantized", "CUDA kernels", "quantization_bit=4"],
+    ),  # fmt: skip
     ("impossible cutoff", ["train", "BASE", "cutoff_len=100000000", "min_cutoff_len=100000000"], ["no setting fits"]),
     ("hardware RAM NaN", ["train", "BASE", "--hardware", "{w}/hw_nan_ram.yaml"], ["ram_gb=nan"]),
     ("hardware headroom text", ["plan", "BASE", "--hardware", "{w}/hw_headroom_text.yaml"], ["headroom_gb='lots'"]),

@@ -29,9 +29,6 @@ def base(tiny_model) -> list[str]:
 @pytest.mark.parametrize(
     "words, package",
     [
-        (["quantization_bit=4"], "bitsandbytes"),
-        (["quantization_bit=8"], "bitsandbytes"),
-        (["optim=paged_adamw_8bit"], "bitsandbytes"),
         (["enable_liger_kernel=true"], "liger_kernel"),
     ],
 )
@@ -50,9 +47,41 @@ def test_cuda_options_without_their_package_are_refused_before_the_run_folder(
 
 
 @pytest.mark.parametrize(
+    "device, installed, words, needle",
+    [
+        ("cpu", None, ["quantization_bit=4"], "quantization_bit=4 needs bitsandbytes >= 0.50.2 on CPU; it is not"),
+        ("mps", "0.45.0", ["quantization_bit=8"], "needs bitsandbytes >= 0.50.2 on MPS; 0.45.0 is installed"),
+        ("cpu", "0.49.1", ["optim=adamw_8bit"], "optim=adamw_8bit needs bitsandbytes >= 0.50.2 on CPU"),
+        ("cuda", "0.38.0", ["quantization_bit=4"], "needs bitsandbytes >= 0.39.0 on CUDA"),
+        ("mps", "0.50.2", ["optim=paged_adamw_8bit"], "8-bit optimizers do not run on MPS yet"),
+    ],
+)  # fmt: skip
+def test_bitsandbytes_missing_too_old_or_not_on_this_device_is_one_line(device, installed, words, needle, monkeypatch):
+    from mpskit.inputs import quantization
+
+    monkeypatch.setattr(quantization, "installed_version", lambda package: installed)
+    args = dict(word.split("=") for word in words)
+    args = {key: int(value) if value.isdigit() else value for key, value in args.items()}
+    problems = quantization.device_problems(args, device)
+    assert len(problems) == 1 and needle in problems[0][0], problems
+    assert "leave" in problems[0][1]  # and the fix: install it, or leave the option out
+
+
+def test_a_mac_without_a_bitsandbytes_build_is_told_so(monkeypatch):
+    from mpskit.inputs import quantization
+
+    monkeypatch.setattr(quantization, "installed_version", lambda package: None)
+    for machine, release in (("arm64", "22.6.0"), ("x86_64", "23.1.0")):  # macOS 13 on Apple silicon, an Intel Mac
+        monkeypatch.setattr(quantization.platform, "system", lambda: "Darwin")
+        monkeypatch.setattr(quantization.platform, "machine", lambda machine=machine: machine)
+        monkeypatch.setattr(quantization.platform, "release", lambda release=release: release)
+        ((problem, fix),) = quantization.device_problems({"quantization_bit": 4}, "cpu")
+        assert "no build for this Mac" in fix and "macOS 14" in fix
+
+
+@pytest.mark.parametrize(
     "words, needle",
     [
-        (["quantization_bit=4"], "quantization_bit=4 needs bitsandbytes on CUDA"),
         (["enable_liger_kernel=true"], "Liger's kernels are Triton"),
         (["deepspeed=ds.json"], "ds.json) shards training over CUDA GPUs"),
     ],
@@ -78,7 +107,8 @@ def test_bf16_where_macos_lacks_it_becomes_fp32_with_a_warning(capsys, tmp_path)
 
 
 def test_the_planner_offers_qlora_on_cuda_only():
-    """A 3B model on an 8 GB Mac: nothing fits, and 4-bit (bitsandbytes, CUDA only) is not proposed."""
+    """A 3B model on an 8 GB Mac: nothing fits, and the planner proposes 4 bits on CUDA only (a Mac
+    trains a 4-bit base when asked: quantization_bit=4)."""
     words = ["preset=sft", "model_preset=qwen2.5-3b", "--json"]
     mac = run_mpskit("plan", *words, "--hardware", "m1-8gb")
     cuda = run_mpskit("plan", *words, "memory_budget_gb=6", "--hardware", "cuda-24gb")

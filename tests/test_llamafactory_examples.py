@@ -18,7 +18,6 @@ EVAL_DATASET = {"sft": "demo_sft_eval", "dpo": "demo_pref_eval", "rm": "demo_pre
 
 # The refusals on this CPU machine, by file or folder (longest match wins): what the one line says.
 DEEPSPEED = "shards training over CUDA GPUs"
-QLORA = "needs bitsandbytes on CUDA"
 REFUSED = {
     "accelerate/": "an accelerate launch config",
     "ktransformers/accelerate/": "an accelerate launch config",
@@ -30,10 +29,6 @@ REFUSED = {
     "train_full/": DEEPSPEED,
     "train_lora/qwen3_lora_sft_ds3.yaml": DEEPSPEED,
     "extras/asft/": DEEPSPEED,
-    "train_qlora/qwen3_lora_sft_bnb_npu.yaml": QLORA,
-    "train_qlora/qwen3_lora_sft_otfq.yaml": QLORA,
-    "extras/qoft/llama3_oft_sft_bnb_npu.yaml": QLORA,
-    "extras/fsdp_qlora/": QLORA,
     "extras/adam_mini/": "pip install adam-mini",
     "extras/apollo/": "pip install apollo-torch",
     "extras/badam/": "pip install badam",

@@ -27,8 +27,8 @@ class Knobs:
     dtype: str = "fp32"
     attention: str = "sdpa"  # sdpa, eager or fa2
     finetuning: str = "lora"
-    quantization_bit: int | None = None  # 4 or 8: QLoRA through bitsandbytes (CUDA)
-    optim: str = "adamw_torch"  # or an 8-bit bitsandbytes AdamW (CUDA)
+    quantization_bit: int | None = None  # 4 or 8: QLoRA through bitsandbytes (the planner's on CUDA)
+    optim: str = "adamw_torch"  # or an 8-bit bitsandbytes AdamW (the planner's on CUDA; not on MPS)
     zero_stage: int = 0  # DeepSpeed ZeRO: 2 shards gradients and optimizer states, 3 also weights
     world_size: int = 1  # processes sharing the run (the estimate is per process)
     lean_logits: bool = False  # next-token log-probabilities in chunks, never the whole logits

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpskit.errors import MpskitError, warn
-from mpskit.inputs import seed_fork
+from mpskit.inputs import quantization, seed_fork
 from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
 from mpskit.inputs.knobs import OOM_LADDER, PLANNER_KEYS
 from mpskit.inputs.launch import process_layout
@@ -153,10 +153,6 @@ def cuda_only(args: dict, device: str) -> list[str]:
     problems = []
     if args.get("deepspeed"):
         problems.append(f"deepspeed ({args['deepspeed']}) shards training over CUDA GPUs; this run is on {device}")
-    if args.get("quantization_bit") is not None:
-        problems.append(
-            f"quantization_bit={args['quantization_bit']!r} needs bitsandbytes on CUDA; this run is on {device}"
-        )
     if {"tensor_model_parallel_size", "pipeline_model_parallel_size"} & set(args):
         problems.append(f"Megatron-Core parallelism (USE_MCA=1, mcore_adapter) is for CUDA; this run is on {device}")
     if args.get("fp8"):
@@ -284,6 +280,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         _demo_data(args, user, stage_args)
         _evaluation_for_own_data(args, user, stage_args)
     check_args(args)
+    quantization.check_settings(args)
     if device == "mps" and args.get("dataloader_num_workers"):
         warn(f"dataloader_num_workers={args['dataloader_num_workers']} on MPS: worker processes fail there; using 0")
         args["dataloader_num_workers"] = 0

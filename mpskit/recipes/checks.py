@@ -15,6 +15,7 @@ from pathlib import Path
 from mpskit.engine import lf
 from mpskit.engine.foodpo import split_foodpo_args
 from mpskit.errors import MpskitError, warn
+from mpskit.inputs import quantization
 from mpskit.inputs.dataset_checks import check_conversion, check_datasets
 from mpskit.inputs.hardware import nvidia_gpus
 from mpskit.inputs.knobs import from_args
@@ -200,6 +201,8 @@ def check_device(run: ResolvedRun) -> None:
     problems = cuda_only(run.args, run.device)
     if problems:
         raise MpskitError(problems[0], "leave it out here, or train on a CUDA machine (`mpskit plan` shows what fits)")
+    if quantized := quantization.device_problems(run.args, run.device):
+        raise MpskitError(*quantized[0])
     if run.device == "cuda" and not nvidia_gpus():
         raise MpskitError(
             f"hardware '{run.hardware.name}' trains on CUDA, but nvidia-smi finds no NVIDIA GPU here",
@@ -209,15 +212,14 @@ def check_device(run: ResolvedRun) -> None:
         if importlib.util.find_spec(package) is None:
             raise MpskitError(
                 f"{key} needs the {package} package, which is not installed",
-                "pip install 'mpskit[cuda]' (bitsandbytes, deepspeed, liger-kernel), or leave the key out",
+                "pip install 'mpskit[cuda]' (deepspeed, liger-kernel), or leave the key out",
             )
 
 
 def _cuda_packages(args: dict) -> list[tuple[str, str]]:
-    """(option, the package it imports) for each CUDA-only option in `args`; the `cuda` extra has them."""
+    """(option, the package it imports) for each CUDA-only option in `args`; the `cuda` extra has them
+    (bitsandbytes, which runs everywhere, is quantization.device_problems')."""
     wanted = [
-        ("quantization_bit", "bitsandbytes", args.get("quantization_bit") is not None),
-        ("optim", "bitsandbytes", "8bit" in str(args.get("optim", ""))),
         ("deepspeed", "deepspeed", bool(args.get("deepspeed"))),
         ("enable_liger_kernel", "liger_kernel", bool(args.get("enable_liger_kernel"))),
     ]
