@@ -7,6 +7,7 @@ callers can set the environment and hide devices first.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import difflib
 import importlib.util
@@ -204,8 +205,13 @@ def write_yaml(args: dict, path: str | Path) -> Path:
 
 
 def import_engine():
-    """Import LLaMA-Factory's training entry point (and with it torch, transformers, peft, trl)."""
+    """Import LLaMA-Factory's training entry point (and with it torch, transformers, peft, trl, and
+    bitsandbytes where it is installed)."""
     from llamafactory.train.tuner import run_exp
+
+    from mpskit.engine.quantized import import_bitsandbytes
+
+    import_bitsandbytes()
 
     return run_exp
 
@@ -216,7 +222,8 @@ def run(args: dict, callbacks: list | None = None) -> dict:
     Narrow swaps first: trainer_log.jsonl keeps every logged metric; the pt, rm and kto workflows build
     resumable trainers (resumable.py); the SFT and DPO workflows build mpskit's lean trainers
     (LLaMA-Factory's own, with one method replaced, and lean attention set on their models);
-    `stage: foodpo` becomes LLaMA-Factory's DPO workflow building the fooDPO trainer.
+    `stage: foodpo` becomes LLaMA-Factory's DPO workflow building the fooDPO trainer. A base quantized
+    as it loads is read tensor by tensor, never memory-mapped (quantized.py).
     Returns what each lean path did (for mpskit.json).
     """
     from mpskit.engine import lean_trainers, resumable, trainer_log
@@ -239,5 +246,11 @@ def run(args: dict, callbacks: list | None = None) -> dict:
         lean_trainers.install(lean, attention, FooDPOTrainer, foodpo=config)
     else:
         lean_trainers.install(lean, attention)
-    run_exp(args, callbacks=callbacks or [])
+    loading = contextlib.nullcontext()
+    if args.get("quantization_bit") is not None:
+        from mpskit.engine.quantized import read_on_demand
+
+        loading = read_on_demand()
+    with loading:
+        run_exp(args, callbacks=callbacks or [])
     return {"lean_logits": lean.report, "lean_attention": attention.report}

@@ -4,8 +4,9 @@ What it reads, per device: CUDA's own peak counter (`max_memory_allocated`); on 
 peak API, `driver_allocated_memory` sampled every few milliseconds; on the CPU the process's RSS,
 with the kernel's exact high-water mark (`ru_maxrss`) so no short spike is missed. The baseline is
 taken when the monitor is made, after the framework is imported and before the model loads, so
-`training` is what the run itself adds; `loaded` is what the model added before the first step. It
-also keeps each optimizer step's wall time, for throughput.
+`training` is what the run itself adds; `loaded` is what the model added before the first step, and
+`loading_peak` the highest it went until then. It also keeps each optimizer step's wall time, for
+throughput.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class MemoryMonitor(TrainerCallback):
         self.samples: list[tuple[float, int]] = []  # (seconds since start, bytes), one per 0.25 s at most
         self.peak = self.baseline
         self.loaded = self.baseline  # after the model loads, before the first step
+        self.loading_peak = self.baseline  # the highest until then (reading the data, loading the model)
         self.step_ends: list[float] = []
         self._last_exact = self._read_peak() if self._read_peak else 0
         self._started = time.perf_counter()
@@ -77,6 +79,8 @@ class MemoryMonitor(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.loaded = self._read()
+        self.update_exact_peak()
+        self.loading_peak = self.peak
         self.step_ends.append(time.perf_counter())
         return control
 
@@ -95,5 +99,6 @@ class MemoryMonitor(TrainerCallback):
             "peak_gb": round(self.peak / GB, 4),
             "training_gb": round((self.peak - self.baseline) / GB, 4),
             "loaded_gb": round((self.loaded - self.baseline) / GB, 4),
+            "loading_peak_gb": round((self.loading_peak - self.baseline) / GB, 4),
             "step_seconds": [round(b - a, 4) for a, b in itertools.pairwise(self.step_ends)],
         }

@@ -48,6 +48,7 @@ def evaluate_run(
             **{key: value for key, value in args.items() if key not in ("infer_backend", "infer_dtype")},
             "stage": "dpo",
             "ref_model": args["model_name_or_path"],  # without it, an evaluation-only DPO run is its own reference
+            **({"ref_model_quantization_bit": args["quantization_bit"]} if "quantization_bit" in args else {}),
             "do_train": False,
             "do_eval": True,
             "eval_dataset": dataset,

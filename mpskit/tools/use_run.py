@@ -37,13 +37,16 @@ def open_trained(run_dir: str | Path | None, allow_unfinished: bool = False) -> 
     return run
 
 
-def inference_args(run: RunDir) -> dict:
-    """LLaMA-Factory's inference arguments for a run's adapter, in the environment the run trained in."""
+def inference_args(run: RunDir, quantized: bool = True) -> dict:
+    """LLaMA-Factory's inference arguments for a run's adapter, in the environment the run trained in,
+    on the base in the bits it trained on (`quantized=False`: the 16-bit base, which export merges into)."""
     from mpskit.engine.environment import enter_run_environment
 
     enter_run_environment(run.record)
     args = run.yaml_args()
     keys = ("model_name_or_path", "template", "finetuning_type", "trust_remote_code", "cache_dir")
+    if quantized:
+        keys += ("quantization_bit", "quantization_method", "quantization_type", "double_quantization")
     dtype = next((name for key, name in EXPORT_DTYPES.items() if args.get(key)), "float32")
     return {
         **{key: args[key] for key in keys if key in args},
@@ -96,7 +99,7 @@ def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bo
     run = open_trained(run_dir, allow_unfinished)
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     with run.locked("mpskit export"):
-        args = inference_args(run)
+        args = inference_args(run, quantized=False)  # LLaMA-Factory merges into a 16-bit base only
         try:
             with library_output():
                 from llamafactory.train.tuner import export_model

@@ -1,0 +1,110 @@
+"""Quantized bases (quantization_bit=4: bitsandbytes' NF4 with double quantization; and 8) on the CPU,
+which runs the same formats as MPS: SFT, DPO and fooDPO train through `mpskit train` and log the losses
+of plain `llamafactory-cli train` on the YAML mpskit wrote (fooDPO: of mpskit's run on whole logits),
+with lean logits and lean attention on and off. And the loader that reads the checkpoint tensor by
+tensor gives the tensors safetensors' own memory map gives."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, run_llamafactory_cli, run_mpskit
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from mpskit.engine.quantized import SafeFileOnDemand
+
+WORDS = ["template=qwen", f"dataset_dir={ROOT / 'data'}", "cutoff_len=128", "learning_rate=5e-3", "logging_steps=1",
+         "eval_strategy=no", "bf16=false"]  # fmt: skip
+SHORT = ["max_steps=4", "save_steps=1000"]
+
+
+def test_the_loader_reads_what_the_memory_map_reads(tmp_path):
+    tensors = {"a": torch.randn(3, 5), "b": torch.randn(7).to(torch.bfloat16), "c": torch.arange(6).reshape(2, 3)}
+    path = tmp_path / "x.safetensors"
+    save_file(tensors, path, metadata={"format": "pt"})
+    with safe_open(path, framework="pt") as mapped, SafeFileOnDemand(path) as read:
+        assert read.keys() == list(mapped.keys()) and read.metadata() == mapped.metadata()
+        for key in mapped.keys():
+            assert read.get_slice(key).get_shape() == mapped.get_slice(key).get_shape()
+            assert read.get_slice(key).get_dtype() == mapped.get_slice(key).get_dtype()
+            assert torch.equal(read.get_slice(key)[...], mapped.get_tensor(key))
+            assert torch.equal(read.get_tensor(key), tensors[key])
+    cut = tmp_path / "cut.safetensors"
+    save_file({"w": torch.randn(4, 4)}, cut)
+    cut.write_bytes(cut.read_bytes()[:-8])
+    with SafeFileOnDemand(cut) as read, pytest.raises(OSError, match="ends inside tensor data"):
+        read.get_tensor("w")
+
+
+def losses(run_dir: Path) -> list[float]:
+    rows = [json.loads(line) for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
+    return [row["loss"] for row in rows if "loss" in row]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "stage, bits, lean",
+    [("sft", 4, []), ("dpo", 4, []), ("foodpo", 4, ["pref_beta_scale=0.5"]), ("sft", 4, ["lean_attention=true"]),
+     ("dpo", 4, ["lean_logits=false", "lean_attention=false"]), ("sft", 8, [])],
+    ids=["sft", "dpo", "foodpo", "sft-lean-attention", "dpo-lean-off", "sft-8-bit"],
+)  # fmt: skip
+def test_a_quantized_run_logs_the_losses_of_plain_llamafactory(tmp_path, tiny_model, stage, bits, lean):
+    words = [f"preset={stage}", f"model_name_or_path={tiny_model}", *WORDS, *SHORT, f"quantization_bit={bits}"]
+    result = run_mpskit("train", *words, *lean, "run_name=mine", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = (tmp_path / "output" / "mine" / "latest").resolve()
+    assert f"Quantizing model to {bits} bit with bitsandbytes" in (run_dir / "train.log").read_text()
+    if stage == "foodpo":  # LLaMA-Factory has no fooDPO: the reference is mpskit's run on whole logits
+        plain = run_mpskit("train", *words, *lean, "lean_logits=false", "run_name=plain", cwd=tmp_path)
+        reference = (tmp_path / "output" / "plain" / "latest").resolve()
+    else:
+        reference = tmp_path / "cli"
+        written = str(run_dir / "llamafactory.yaml")
+        plain = run_llamafactory_cli("train", written, f"output_dir={reference}", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    ours, theirs = losses(run_dir), losses(reference)
+    assert len(ours) == len(theirs) == 4 and all(loss == loss for loss in ours)  # finite, every step logged
+    assert ours[0] == pytest.approx(theirs[0], rel=1e-5)
+    assert ours[1:] == pytest.approx(theirs[1:], rel=1e-3)
+    assert ours[-1] < ours[0]  # it learns on a quantized base
+
+
+@pytest.mark.e2e
+def test_a_4_bit_run_chats_and_evaluates_in_4_bits_and_exports_a_16_bit_merge(tmp_path, tiny_model):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    words = ["preset=dpo", f"model_name_or_path={tiny_model}", *WORDS, *SHORT, "quantization_bit=4", "run_name=q"]
+    assert run_mpskit("train", *words, cwd=tmp_path).returncode == 0
+    run_dir = (tmp_path / "output" / "q" / "latest").resolve()
+    chat = run_mpskit("chat", str(run_dir), "--prompt", "Say hello.", "--max-new-tokens", "4", "-v", cwd=tmp_path)
+    assert chat.returncode == 0 and "Quantizing model to 4 bit with bitsandbytes" in chat.stderr, chat.stderr[-2000:]
+    evaluated = run_mpskit("eval", str(run_dir), cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    log = next((run_dir / "eval").glob("*/train.log")).read_text()
+    assert log.count("Quantizing model to 4 bit with bitsandbytes") == 2  # the policy, and the base as reference
+
+    out = tmp_path / "merged"  # LLaMA-Factory merges into the 16-bit base: peft's merge, to 1e-3 in float32
+    exported = run_mpskit("export", str(run_dir), "-o", str(out), cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    expected = PeftModel.from_pretrained(base, run_dir).merge_and_unload().eval()
+    tokens = torch.tensor([[1, 17, 230, 5, 99, 401, 12, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(tokens).logits, expected(tokens).logits, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.e2e
+def test_a_4_bit_run_out_of_memory_resumes_on_the_next_rung(tmp_path, tiny_model):
+    words = ["preset=sft", f"model_name_or_path={tiny_model}", *WORDS, "quantization_bit=4", "save_steps=2",
+             "max_steps=6", "run_name=q"]  # fmt: skip
+    result = run_mpskit("train", *words, cwd=tmp_path, env={"MPSKIT_FAKE_OOM_AT_STEP": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(((tmp_path / "output" / "q" / "latest") / "mpskit.json").read_text())
+    first, second = record["attempts"]
+    assert first["outcome"] == "out of memory" and second["outcome"] == "finished"
+    assert second["resumed_from"] == "checkpoint-2" and record["llamafactory_args"]["quantization_bit"] == 4
+    assert len(losses((tmp_path / "output" / "q" / "latest").resolve())) == 6
