@@ -1,9 +1,9 @@
 """`mpskit doctor`: this machine, its MPS settings, and the memory model next to measured steps.
 
 What the seeds' mps_memory_debug.py tried to be: it reports versions and whether the MPS variables
-in force are valid together, then trains the tiny model for one step at two sequence lengths and two
-LoRA ranks, each in a fresh process, and prints the estimate beside what was measured.
-"""
+in force are valid together, whether 4-bit quantization works on the training device, then trains
+the tiny model for one step at two sequence lengths and two LoRA ranks, each in a fresh process, and
+prints the estimate beside what was measured."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ from pathlib import Path
 
 from mpskit.inputs.hardware import describe, installed_version, select_hardware
 from mpskit.inputs.mps_env import env_values, watermark_problems
+from mpskit.inputs.quantization import device_problems
 from mpskit.plan.measure import Case, measure, write_long_data
 
 MPS_VARIABLES = ("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "PYTORCH_MPS_LOW_WATERMARK_RATIO", "PYTORCH_ENABLE_MPS_FALLBACK")
-PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "llamafactory")
+PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "llamafactory", "bitsandbytes")
+NF4_ERROR = 0.15  # NF4 round trips a normal weight within about 0.09 of its mean size
 UNDER_ESTIMATE = 0.25  # the planner keeps 15% spare; more than this below the measurement risks running out
 CASES = [Case("sft", cutoff, 2, rank, checkpointing=False, steps=1) for cutoff in (128, 512) for rank in (8, 64)]
 
@@ -50,6 +52,9 @@ def run_doctor(hardware: str | None = None, model: str | None = None) -> int:
     print("\n".join(f"  {line}" for line in lines))
     print(f"  {'valid together':34} {'yes' if not problems else 'NO: ' + '; '.join(problems)}")
 
+    print("\n4-bit bases (quantization_bit=4)")
+    print(f"  {four_bit_report(hw.device, problems)}")
+
     print("\nmemory model against one measured step (tiny model, each in a fresh process)")
     with tempfile.TemporaryDirectory(prefix="mpskit-doctor-") as tmp:
         work = Path(tmp)
@@ -67,6 +72,21 @@ def run_doctor(hardware: str | None = None, model: str | None = None) -> int:
                 problems.append(f"the memory model underestimates {label} by {-row['error']:.0%}")
     print(f"\n{verdict(problems, hw.device)}")
     return 1 if problems else 0
+
+
+def four_bit_report(device: str, problems: list[str]) -> str:
+    """Whether bitsandbytes quantizes to 4 bits and back on the training device; a wrong round trip
+    is a problem, a machine without bitsandbytes only says why."""
+    missing = device_problems({"quantization_bit": 4}, device)
+    if missing:
+        return f"not here: {missing[0][0]} ({missing[0][1]})"
+    from mpskit.engine.quantized import round_trip
+
+    error = round_trip(device)
+    if not error < NF4_ERROR:
+        problems.append(f"an NF4 round trip on {device} is off by {error:.0%} of the weights")
+        return f"NF4 round trip on {device}: off by {error:.0%} of the weights (expected about 9%)"
+    return f"NF4 round trip on {device}: works (mean error {error:.1%} of the weights)"
 
 
 def verdict(problems: list[str], device: str) -> str:
