@@ -1,10 +1,12 @@
 """The README's "what fits on which Mac" table, from the planner (no training, no torch).
 
-For each hardware profile, stage and Qwen2.5 model: the largest cutoff_len (of 256, 512, ... 32768)
-for which the planner finds a setting that fits without lowering it: as LLaMA-Factory runs (whole
-logits, its own attention), with lean logits, and with lean logits and lean attention (`auto`: where
-the attention would be materialised, i.e. on the Macs). The planner may move every other knob
-(batch with accumulation, checkpointing, attention, dtype, LoRA rank down to 4).
+For each hardware profile, stage and model: the largest cutoff_len (of 256, 512, ... 32768) for
+which the planner finds a setting that fits without lowering it. For Qwen2.5-0.5B and 1.5B with
+16-bit weights: as LLaMA-Factory runs (whole logits, its own attention), with lean logits, and with
+lean logits and lean attention (`auto`: where the attention would be materialised, i.e. on the Macs).
+For the 7B-14B models with both lean paths, in 16 bits where they fit and else in 4 bits (marked
+`q4`). The planner may move every other knob (batch with accumulation, checkpointing, attention,
+dtype, LoRA rank down to 4).
 
     python bench/what_fits.py            print the table
     python bench/what_fits.py --write    replace the table in README.md
@@ -25,35 +27,44 @@ from mpskit.plan.advice import plan_run  # noqa: E402
 
 PROFILES = ("m1-8gb", "m1-pro-16gb", "m2-max-32gb", "m3-max-64gb", "m4-max-128gb", "cpu", "cuda-24gb")
 STAGES = {"sft": "sft", "dpo / foodpo": "dpo"}  # fooDPO's memory is DPO's
-MODELS = ("qwen2.5-0.5b", "qwen2.5-1.5b")
 CUTOFFS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
-# column label -> the lean switches (lean_attention None: auto)
-PATHS = {"whole": (False, False), "lean logits": (True, False), "+ lean attention": (True, None)}
+# column label -> the lean switches (lean_attention None: auto) and whether 4 bits are allowed
+PATHS = {"whole": (False, False, False), "lean logits": (True, False, False), "+ lean attention": (True, None, False)}
+COLUMNS = [(model, label, *path) for model in ("qwen2.5-0.5b", "qwen2.5-1.5b") for label, path in PATHS.items()]
+COLUMNS += [(model, "lean, 16 or 4-bit", True, None, True) for model in ("qwen2.5-7b", "qwen3-8b", "qwen2.5-14b")]
 START, END = "<!-- what-fits:start -->", "<!-- what-fits:end -->"
 
 
-def largest_cutoff(hardware: str, stage: str, model: str, lean_logits: bool, lean_attention: bool | None) -> int | None:
-    largest = None
+def largest_fit(hardware: str, stage: str, model: str, lean_logits: bool, lean_attention: bool | None,
+                four_bit: bool = False) -> tuple[int | None, bool]:  # fmt: skip
+    """The largest cutoff that fits (None: not even 256), and whether its plan is 4-bit."""
+    largest = None, False
     for cutoff in CUTOFFS:
         words = {"stage": stage, "model_preset": model, "cutoff_len": cutoff, "min_cutoff_len": cutoff,
                  "lean_logits": lean_logits}  # fmt: skip
         if lean_attention is not None:
             words["lean_attention"] = lean_attention
-        if not plan_run(resolve(words, hardware=hardware)).fits:
+        if not four_bit:
+            words["oom_ladder"] = "keep"  # the planner keeps 16-bit weights
+        result = plan_run(resolve(words, hardware=hardware))
+        if not result.fits:
             break
-        largest = cutoff
+        largest = cutoff, result.chosen.knobs.quantization_bit is not None
     return largest
 
 
-def table() -> str:
-    def cell(value: int | None) -> str:
-        return "-" if value is None else str(value)
+def largest_cutoff(hardware: str, stage: str, model: str, lean_logits: bool, lean_attention: bool | None) -> int | None:
+    """The largest cutoff that fits with 16-bit weights."""
+    return largest_fit(hardware, stage, model, lean_logits, lean_attention)[0]
 
-    header = "| hardware | stage | " + " | ".join(f"{m} {path}" for m in MODELS for path in PATHS) + " |"
-    lines = [header, "|" + "---|" * (2 + len(PATHS) * len(MODELS))]
+
+def table() -> str:
+    header = "| hardware | stage | " + " | ".join(f"{model} {label}" for model, label, *_ in COLUMNS) + " |"
+    lines = [header, "|" + "---|" * (2 + len(COLUMNS))]
     for hardware in PROFILES:
         for label, stage in STAGES.items():
-            cells = [cell(largest_cutoff(hardware, stage, model, *lean)) for model in MODELS for lean in PATHS.values()]
+            fits = [largest_fit(hardware, stage, model, *path) for model, _, *path in COLUMNS]
+            cells = ["-" if cut is None else f"{cut} q4" if quantized else str(cut) for cut, quantized in fits]
             lines.append(f"| {hardware} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

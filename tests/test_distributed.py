@@ -28,7 +28,9 @@ def test_qlora_only_when_16_bit_weights_cannot_fit():
     assert tight.chosen.knobs.quantization_bit == 4
     assert any("QLoRA" in note for note in tight.changes)
     mac = plan("sft", ARGS, load_hardware("m3-max-64gb"), "mps", QWEN25_3B, budget_gb=6)
-    assert mac.chosen is None or mac.chosen.knobs.quantization_bit is None  # bitsandbytes: CUDA only
+    assert mac.chosen.knobs.quantization_bit == 4  # bitsandbytes quantizes on MPS too
+    intel = plan("sft", ARGS, load_hardware("intel-mac"), "cpu", QWEN25_3B, budget_gb=6)
+    assert intel.chosen is None or intel.chosen.knobs.quantization_bit is None  # no bitsandbytes build there
 
 
 def test_zero_stage_per_rank_memory():

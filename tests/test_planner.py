@@ -102,13 +102,65 @@ def test_plan_prints_a_verdict_and_a_choice_for_qwen15_foodpo_on_16gb_m1_pro():
     )
 
 
-def test_plan_says_3b_on_8gb_m1_does_not_fit_and_what_would():
-    result = run_mpskit("plan", "preset=sft", "model_preset=qwen2.5-3b", "--hardware", "m1-8gb")
+def test_plan_says_7b_on_8gb_m1_does_not_fit_and_what_would():
+    result = run_mpskit("plan", "preset=sft", "model_preset=qwen2.5-7b", "--hardware", "m1-8gb")
     assert result.returncode == 3, result.stderr  # the report, and an exit code scripts can test
     assert "NO SETTING FITS" in result.stdout
     assert "GB over the budget" in result.stdout and "that the planner fills (85%" in result.stdout
-    assert "model_preset=qwen2.5-0.5b" in result.stdout
+    assert "model_preset=qwen2.5-3b" in result.stdout  # in 4 bits
     assert "--hardware m1-pro-16gb" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "stage, model, cutoff, hardware",
+    [("foodpo", "qwen2.5-7b", 2048, "m1-pro-16gb"), ("sft", "qwen2.5-14b", 4096, "m2-max-32gb"),
+     ("dpo", "qwen2.5-3b", 1024, "m1-8gb")],
+)  # fmt: skip
+def test_a_model_16_bits_cannot_fit_is_planned_in_4_bits_and_says_so(stage, model, cutoff, hardware):
+    words = {"stage": stage, "model_preset": model, "cutoff_len": cutoff, "min_cutoff_len": cutoff}
+    run = resolve(words, hardware=hardware)
+    sixteen = plan_run(resolve({**words, "oom_ladder": "keep"}, hardware=hardware))
+    assert not sixteen.fits  # oom_ladder=keep never quantizes; the no-fit answer names 4 bits
+    assert any(note.startswith("quantization_bit=4 ") for note in sixteen.would_fit)
+    result = plan_run(run)
+    assert result.fits and result.chosen.knobs.quantization_bit == 4
+    assert result.chosen.knobs.cutoff_len == cutoff
+    assert "4-bit QLoRA (bitsandbytes): nothing fits with 16-bit weights" in result.changes
+
+
+def test_4_bits_only_where_16_do_not_fit_and_bitsandbytes_builds():
+    small = plan_run(resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b"}, hardware="m1-pro-16gb"))
+    assert small.fits and small.chosen.knobs.quantization_bit is None
+    words = {"stage": "sft", "model_preset": "qwen2.5-7b", "cutoff_len": 512}
+    assert plan_run(resolve(words, hardware="cpu")).chosen.knobs.quantization_bit == 4
+    intel = plan_run(resolve(words, hardware="intel-mac"))  # no bitsandbytes wheel for Intel Macs
+    assert not intel.fits and intel.smallest.knobs.quantization_bit is None
+    assert not any("quantization_bit" in note for note in intel.would_fit)
+    kept = plan_run(resolve({**words, "quantization_bit": 8}, hardware="cpu"))
+    assert kept.asked.knobs.quantization_bit == 8 and (not kept.fits or kept.chosen.knobs.quantization_bit == 8)
+
+
+def test_a_hub_model_is_planned_from_its_cached_config_and_offline_is_one_line(tmp_path, monkeypatch):
+    from mpskit.errors import MpskitError
+    from mpskit.plan.advice import model_dims
+
+    snapshot = tmp_path / "models--Org--Model-7B" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (tmp_path / "models--Org--Model-7B" / "refs").mkdir()
+    (tmp_path / "models--Org--Model-7B" / "refs" / "main").write_text("abc")
+    config = {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+              "intermediate_size": 18944, "vocab_size": 152064, "tie_word_embeddings": False}  # fmt: skip
+    (snapshot / "config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    dims = model_dims({}, "Org/Model-7B")
+    assert (dims.hidden, dims.layers, dims.vocab, dims.tied_embeddings) == (3584, 28, 152064, False)
+    with pytest.raises(MpskitError, match="Org/Other: its config.json is not cached and HF_HUB_OFFLINE is set"):
+        model_dims({}, "Org/Other")
+    result = run_mpskit("plan", "stage=sft", "dataset=demo_sft", "template=qwen", "model_name_or_path=Org/Other",
+                        env={"HF_HUB_CACHE": str(tmp_path)})  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("mpskit: error: Org/Other: its config.json is not cached")
 
 
 def test_plan_json_and_no_torch_import():

@@ -124,8 +124,8 @@ def from_args(args: dict, world_size: int = 1) -> Knobs:
 
 
 def to_args(knobs: Knobs, effective: int) -> dict:
-    """The LLaMA-Factory keys for a setting; accumulation keeps the effective batch. The CUDA-only
-    knobs appear only when they are in use."""
+    """The LLaMA-Factory keys for a setting; accumulation keeps the effective batch. Quantization,
+    8-bit optimizers and ZeRO appear only when they are in use."""
     extra = {"quantization_bit": knobs.quantization_bit} if knobs.quantization_bit else {}
     if knobs.optim != DEFAULT_OPTIM:
         extra["optim"] = knobs.optim

@@ -17,7 +17,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.hardware import installed_version
+from mpskit.inputs.hardware import Hardware, installed_version
 from mpskit.inputs.knobs import zero_stage_of
 
 BITS = (4, 8)
@@ -25,6 +25,15 @@ METHOD = "bnb"  # LLaMA-Factory's name for bitsandbytes
 ADAPTERS = ("lora", "oft")  # what LLaMA-Factory trains on a quantized base
 MIN_BITSANDBYTES = {"cuda": "0.39.0", "mps": "0.50.2", "cpu": "0.50.2"}  # its MPS and CPU 4-bit backends
 CUDA_KERNEL_METHODS = ("gptq", "awq", "aqlm", "eetq")
+
+
+def has_build(hw: Hardware) -> bool:
+    """Whether bitsandbytes has a wheel for this machine: not for Intel Macs, nor for Apple silicon
+    before macOS 14 (the planner quantizes only where a run can)."""
+    if hw.kind == "intel-mac":
+        return False
+    major = str(hw.macos or "").split(".")[0]
+    return not (hw.kind == "apple-silicon" and major.isdigit() and int(major) < 14)
 
 
 def eight_bit_optimizer(args: dict) -> bool:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.inputs.hardware import Hardware, load_hardware, profile_names
+from mpskit.inputs.hub import hub_config, looks_like_hub_id
 from mpskit.inputs.knobs import as_words, to_args
 from mpskit.inputs.presets import load_yaml, preset_names, resolve_preset_file
+from mpskit.inputs.quantization import has_build
 from mpskit.inputs.resolve import ResolvedRun, device_args
 from mpskit.plan.budget import SAFETY_MARGIN
 from mpskit.plan.duration import RunDuration, run_duration
@@ -25,22 +27,25 @@ ADVICE_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "cu
                "disable_gradient_checkpointing")  # fmt: skip
 
 
-def model_dims(run_dims: dict, model_path: str) -> ModelDims:
+def model_dims(run_dims: dict, model_path: str, revision: str | None = None) -> ModelDims:
     """Dims from a local model's own config.json (it is the model that trains, whatever preset named
-    another), else from the model preset (a hub id not downloaded yet)."""
+    another), else from the model preset, else from a hub model's config.json (hub.py)."""
     try:
         config = Path(str(model_path)).expanduser() / "config.json"
         if config.is_file():
             data = json.loads(config.read_text(encoding="utf-8"))
-            return dims_from_mapping(data.get("text_config", data))
-        if run_dims:
+        elif run_dims:
             return dims_from_mapping(run_dims)
+        elif looks_like_hub_id(model_path):
+            data = hub_config(model_path, revision)
+        else:
+            raise MpskitError(
+                f"the memory model needs the dimensions of {model_path}",
+                "use a model_preset (configs/models), a local model directory with config.json, or a hub id (org/name)",
+            )
+        return dims_from_mapping(data.get("text_config", data))
     except (ValueError, json.JSONDecodeError) as err:
         raise MpskitError(f"cannot read the model's dimensions: {err}", "add dims: to the model preset") from err
-    raise MpskitError(
-        f"the memory model needs the dimensions of {model_path}",
-        "use a model_preset (configs/models) or a local model directory with config.json",
-    )
 
 
 def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> list[str]:
@@ -49,13 +54,20 @@ def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> 
     limit = result.budget.training_bytes * (1 - SAFETY_MARGIN)
     notes = []
     if pinned:
-        unpinned = plan(stage, args, hw, device, dims, budget_gb=result.budget.training_bytes / GB)
+        kept = pinned & {"quantization_bit"}  # the base's bits: a note of their own below
+        unpinned = plan(stage, args, hw, device, dims, kept, budget_gb=result.budget.training_bytes / GB)
         if unpinned.fits:
             before = to_args(unpinned.asked.knobs, unpinned.effective_batch)
             after = to_args(unpinned.chosen.knobs, unpinned.effective_batch)
             moved = sorted(key for key in pinned if before.get(key) != after.get(key))
             words = as_words(unpinned.chosen.knobs, unpinned.effective_batch, ADVICE_KEYS)
             notes.append(f"unpin {', '.join(moved)}: {words}")
+    four_bit_possible = smallest.knobs.finetuning == "lora" and smallest.knobs.quantization_bit != 4 and has_build(hw)
+    if "quantization" not in result.free and four_bit_possible:
+        four_bit = plan(stage, {**args, "quantization_bit": 4}, hw, device, dims, pinned | {"quantization_bit"},
+                        budget_gb=result.budget.training_bytes / GB)  # fmt: skip
+        if four_bit.fits:
+            notes.append(f"quantization_bit=4 {as_words(four_bit.chosen.knobs, four_bit.effective_batch, ADVICE_KEYS)}")
     if "cutoff_len" in result.free:
         for cutoff in (128, 64):
             knobs = replace(smallest.knobs, cutoff_len=min(cutoff, smallest.knobs.cutoff_len))
@@ -78,11 +90,11 @@ def plan_run(run: ResolvedRun) -> Plan:
             f"the memory plan covers {', '.join(PLANNED)}, not {run.stage}",
             "set per_device_train_batch_size and cutoff_len yourself (plan stage=sft for a bound)",
         )
-    dims = model_dims(run.model_dims, str(run.args["model_name_or_path"]))
+    dims = model_dims(run.model_dims, str(run.args["model_name_or_path"]), run.args.get("model_revision"))
     result = _plan_on(run, run.hardware, run.device, dims)
     if not result.fits:
         args = _args_on(run, run.hardware, run.device)
-        result.would_fit += what_would_fit(result, args, run.hardware, run.pinned) + _fits_elsewhere(run, dims)
+        result.would_fit += what_would_fit(result, args, run.hardware, _pinned(run)) + _fits_elsewhere(run, dims)
     return result
 
 
@@ -99,6 +111,11 @@ def _args_on(run: ResolvedRun, hw: Hardware, device: str) -> dict:
     return run.args if device == run.device else {**run.args, **device_args(hw, device)}
 
 
+def _pinned(run: ResolvedRun) -> set[str]:
+    """What the planner keeps: the user's and the profile's keys; under `oom_ladder: keep`, 16-bit weights."""
+    return run.pinned | ({"quantization_bit"} if run.oom_ladder == "keep" else set())
+
+
 def _plan_on(run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims) -> Plan:
     return plan(
         run.stage,
@@ -106,7 +123,7 @@ def _plan_on(run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims) -> Pl
         hw,
         device,
         dims,
-        pinned=run.pinned,
+        pinned=_pinned(run),
         budget_gb=run.limits.get("memory_budget_gb"),
         cutoff_floor=run.limits.get("min_cutoff_len"),
         world_size=run.world_size,

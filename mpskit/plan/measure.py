@@ -37,13 +37,16 @@ class Case:
     steps: int = 2
     lean_logits: bool = False
     lean_attention: bool = False
+    quantization_bit: int | None = None
 
     def words(self) -> list[str]:
         """Every planner knob a CPU run has pinned, so the run is exactly this case."""
         knobs = Knobs(self.batch, self.cutoff_len, self.lora_rank, self.checkpointing, attention=self.attention,
-                      lean_logits=self.lean_logits, lean_attention=self.lean_attention)  # fmt: skip
+                      lean_logits=self.lean_logits, lean_attention=self.lean_attention,
+                      quantization_bit=self.quantization_bit)  # fmt: skip
         pinned = ("per_device_train_batch_size", "gradient_accumulation_steps", "cutoff_len", "lora_rank",
                   "disable_gradient_checkpointing", "flash_attn", "lean_logits", "lean_attention")  # fmt: skip
+        pinned += ("quantization_bit",) if self.quantization_bit else ()
         return [
             f"stage={self.stage}",
             f"dataset={'long_sft' if self.stage == 'sft' else 'long_pref'}",

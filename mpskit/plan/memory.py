@@ -68,6 +68,15 @@ LEAN_ATTENTION_BLOCK_BYTES = {"cpu": 8 * 1024**2, "gpu": 64 * 1024**2}
 LEAN_ATTENTION_BLOCK_COPIES = 3
 
 
+# Bytes per quantized weight, measured on bitsandbytes 0.50.2's tensors (Qwen2.5-7B's layer shapes):
+# NF4 packs two weights a byte plus a block constant per 64 weights, itself 8-bit with a float32
+# constant per 256 blocks (double quantization): 0.516. int8 keeps a float32 scale per row: 1.001.
+QUANTIZED_BYTES = {4: 0.516, 8: 1.001}
+# A quantized layer's matmul dequantizes its weight to the compute dtype first, in the forward and
+# again in the backward (the gradient of its input): one such copy of the largest weight is alive.
+DEQUANTIZED_COPIES = 1
+
+
 @dataclass(frozen=True)
 class ModelDims:
     """The shapes that decide memory. `vocab` is the embedding size, not the tokenizer's length."""
@@ -95,6 +104,11 @@ class ModelDims:
         """q/k/v with bias (Qwen2), o, gate/up/down, two RMSNorm weights."""
         h, kv, f = self.hidden, self.kv_dim, self.ffn
         return (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * f + 2 * h
+
+    def layer_linear_weights(self) -> int:
+        """The weights of a layer's seven linear layers, what bitsandbytes quantizes (biases stay)."""
+        h, kv, f = self.hidden, self.kv_dim, self.ffn
+        return 2 * h * h + 2 * h * kv + 3 * h * f
 
     def params(self) -> int:
         embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
@@ -176,17 +190,16 @@ def lean_attention_runs(knobs: Knobs, device: str) -> bool:
 
 
 def weight_bytes(dims: ModelDims, knobs: Knobs) -> float:
-    """Base weights: bitsandbytes quantizes the decoder's linear layers (4-bit NF4 with its double-
-    quantized block constants is about 0.53 bytes per weight); embeddings and norms keep the dtype.
+    """Base weights: bitsandbytes quantizes the decoder's linear layers (QUANTIZED_BYTES per weight);
+    embeddings, the output layer, norms and biases keep the dtype.
     A checkpoint wider than the plan's dtype stays that wide (measured on CUDA: a float32 checkpoint
     under bf16 holds float32 weights). A narrower one is still counted at the plan's width: whether
     it stays narrow under a float32 plan on MPS is not measured here."""
     width = max(DTYPE_BYTES[knobs.dtype], DTYPE_BYTES.get(dims.checkpoint_dtype, 0))
     if knobs.quantization_bit is None:
         return dims.params() * width
-    linear = dims.layers * (dims.layer_params() - 2 * dims.hidden)
-    per_weight = 0.53 if knobs.quantization_bit == 4 else 1.03
-    return linear * per_weight + (dims.params() - linear) * width
+    linear = dims.layers * dims.layer_linear_weights()
+    return linear * QUANTIZED_BYTES[knobs.quantization_bit] + (dims.params() - linear) * width
 
 
 def optimizer_bytes_per_parameter(optim: str) -> int:
@@ -285,6 +298,8 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
         workspace += scores * ATTENTION_GRADIENT_COPIES
     if knobs.checkpointing:
         workspace += layer_bytes
+    if knobs.quantization_bit:
+        workspace += DEQUANTIZED_COPIES * dims.hidden * dims.ffn * width
     if sum(logit_parts.values()) >= workspace:
         parts.update(logit_parts)
     else:

@@ -4,6 +4,8 @@ Free knobs are those neither the user nor the hardware profile set (or set to `a
 and LoRA rank change what is trained, not only how fast, so the planner keeps them as asked when
 anything fits there and lowers them (cutoff_len only down to `min_cutoff_len`) only when nothing
 does; among settings with the same cutoff_len and rank it takes the highest predicted throughput.
+A 4-bit base (quantization_bit, where bitsandbytes builds) comes last of all: only when no 16-bit
+setting fits, even with the lowest cutoff_len and rank.
 The budget is budget.py's; what would fit when nothing does, and planning a whole run, advice.py's.
 No torch import.
 """
@@ -26,6 +28,7 @@ from mpskit.inputs.knobs import (
     lower_cutoffs,
     lower_ranks,
 )
+from mpskit.inputs.quantization import has_build
 from mpskit.plan.budget import SAFETY_MARGIN, Budget, budget_for
 from mpskit.plan.duration import Throughput, throughput_for, tokens_per_second
 from mpskit.plan.memory import GB, Estimate, ModelDims, estimate, lean_attention_runs
@@ -71,19 +74,21 @@ def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effectiv
     dtypes = [asked.dtype]
     if "dtype" in free and device == "mps" and asked.dtype == "fp32" and bf16_supported(hw):
         dtypes.append("bf16")  # M1/M2 emulate bf16: slower, but half the memory
-    cuda = [(asked.quantization_bit, asked.optim, asked.zero_stage)]
+    bits = [asked.quantization_bit]
+    if "quantization" in free and asked.finetuning == "lora" and has_build(hw):
+        bits = [None, 4]  # 4 bits only where no 16-bit setting fits (preference)
+    bits_optim_zero = [(q, asked.optim, asked.zero_stage) for q in bits]
     if device == "cuda":
         if "attention" in free and hw.flash_attn:
             attentions.append("fa2")
-        bits = [None, 4] if "quantization" in free and asked.finetuning == "lora" else [asked.quantization_bit]
         optims = [DEFAULT_OPTIM, EIGHT_BIT_OPTIM] if "optim" in free else [asked.optim]
         zero = [2, 3] if "zero" in free and asked.world_size > 1 else [asked.zero_stage]
-        cuda = list(itertools.product(bits, optims, zero))
+        bits_optim_zero = list(itertools.product(bits, optims, zero))
     settings = [
         replace(asked, batch=b, checkpointing=c, lora_rank=r, cutoff_len=s, attention=a, dtype=d,
                 quantization_bit=q, optim=o, zero_stage=z)
         for s, r, b, c, a, d, (q, o, z) in itertools.product(
-            cutoffs, ranks, batches, checkpointing, attentions, dtypes, cuda
+            cutoffs, ranks, batches, checkpointing, attentions, dtypes, bits_optim_zero
         )
     ]  # fmt: skip
     if "lean_attention" in free:  # auto: lean wherever the attention would be materialised
@@ -93,13 +98,14 @@ def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effectiv
 
 
 def preference(option: Option) -> tuple:
-    """What the planner maximises: what is trained first (cutoff_len, rank, unquantized weights), then
-    speed, then the plainer optimizer when speeds tie."""
+    """What the planner maximises: what is trained first (unquantized weights, cutoff_len, rank), then
+    speed, then the plainer optimizer when speeds tie. A 4-bit base is the last resort: it changes the
+    model itself, where a shorter cutoff_len (down to min_cutoff_len) or rank only changes the adapter."""
     knobs = option.knobs
     return (
+        knobs.quantization_bit is None,
         knobs.cutoff_len,
         knobs.lora_rank,
-        knobs.quantization_bit is None,
         option.speed,
         knobs.optim == DEFAULT_OPTIM,
     )

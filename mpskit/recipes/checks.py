@@ -18,6 +18,7 @@ from mpskit.errors import MpskitError, warn
 from mpskit.inputs import quantization
 from mpskit.inputs.dataset_checks import check_conversion, check_datasets
 from mpskit.inputs.hardware import nvidia_gpus
+from mpskit.inputs.hub import hub_cache_dir, looks_like_hub_id
 from mpskit.inputs.knobs import from_args
 from mpskit.inputs.optional_packages import missing_packages
 from mpskit.inputs.presets import preset_model_dir
@@ -109,11 +110,9 @@ def check_model(model: str, need_weights: bool = True) -> None:
         if need_weights:
             _check_model_files(path)
         return
-    looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
-    if not looks_like_hub_id:
+    if not looks_like_hub_id(model):
         raise MpskitError(f"model {model} not found", fix)
-    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
-    if (cache.expanduser() / f"models--{model.replace('/', '--')}").is_dir():
+    if (hub_cache_dir() / f"models--{model.replace('/', '--')}").is_dir():
         return
     if not need_weights:
         warn(f"{model} is not downloaded: download it before `mpskit train` (hf download {model})")
@@ -233,7 +232,7 @@ def check_disk(run: ResolvedRun, root: str | Path = "output") -> None:
     if not existing.is_dir() or not os.access(existing, os.W_OK):
         raise MpskitError(f"cannot create the run directory under {existing}", "set output_dir to a writable folder")
     try:
-        dims = advice.model_dims(run.model_dims, str(run.args["model_name_or_path"]))
+        dims = advice.model_dims(run.model_dims, str(run.args["model_name_or_path"]), run.args.get("model_revision"))
     except MpskitError:
         return  # unknown dims: `prepare` has said so
     knobs = from_args(run.args)

@@ -1,0 +1,62 @@
+"""A hub model's config.json, for planning it before its weights are downloaded.
+
+`mpskit plan model_name_or_path=Qwen/Qwen2.5-7B` needs only the model's shapes: huggingface_hub
+fetches its config.json (a few KB) into the usual cache, where the next plan finds it without the
+network. Offline, a gated repository, or an unknown name end in one line. No torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+
+CONFIG = "config.json"
+
+
+def looks_like_hub_id(model: str) -> bool:
+    """`org/name`: what transformers would look up on the hub when no such local folder exists."""
+    return model.count("/") == 1 and not model.startswith((".", "/", "~")) and all(model.split("/"))
+
+
+def hub_cache_dir() -> Path:
+    """The hub cache as the environment names it now (huggingface_hub reads it once, at import)."""
+    home = Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser()
+    return Path(os.environ.get("HF_HUB_CACHE") or home / "hub").expanduser()
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+
+
+def hub_config(repo_id: str, revision: str | None = None) -> dict:
+    """The model's config.json: from the local cache, else fetched once from the hub."""
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    fix = "use a model_preset, a local model directory, or plan once online (only config.json is fetched)"
+    try:
+        cache = str(hub_cache_dir())
+        path = try_to_load_from_cache(repo_id, CONFIG, cache_dir=cache, revision=revision)
+        if not isinstance(path, str):
+            if _offline():
+                raise MpskitError(f"{repo_id}: its config.json is not cached and HF_HUB_OFFLINE is set", fix)
+            path = hf_hub_download(repo_id, CONFIG, cache_dir=cache, revision=revision)
+    except GatedRepoError as err:
+        raise MpskitError(
+            f"{repo_id} is gated on the hub: its config.json needs an account that accepted its license",
+            "accept the license on huggingface.co and run `hf auth login`, or use a model_preset",
+        ) from err
+    except RepositoryNotFoundError as err:
+        raise MpskitError(f"{repo_id} is not a model on the hub (or it is private)", fix) from err
+    except LocalEntryNotFoundError as err:
+        raise MpskitError(f"{repo_id}: its config.json is not cached and the hub cannot be reached", fix) from err
+    except (HfHubHTTPError, OSError, ValueError) as err:
+        raise MpskitError(f"cannot fetch {repo_id}'s config.json: {str(err).splitlines()[0]}", fix) from err
+    try:
+        with open(path, encoding="utf-8") as file:
+            return json.load(file)
+    except (OSError, ValueError) as err:
+        raise MpskitError(f"{path} is not a readable config.json", "delete it: the next plan fetches it again") from err
