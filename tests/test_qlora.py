@@ -1,5 +1,5 @@
 """Quantized bases (quantization_bit=4: bitsandbytes' NF4 with double quantization; and 8) on the CPU,
-which runs the same formats as MPS: SFT, DPO and fooDPO train through `mpskit train` and log the losses
+which runs the same formats as MPS: SFT, DPO, fooDPO, KTO and RM train through `mpskit train` and log the losses
 of plain `llamafactory-cli train` on the YAML mpskit wrote (fooDPO: of mpskit's run on whole logits),
 with lean logits and lean attention on and off. And the loader that reads the checkpoint tensor by
 tensor gives the tensors safetensors' own memory map gives."""
@@ -38,6 +38,35 @@ def test_the_loader_reads_what_the_memory_map_reads(tmp_path):
         read.get_tensor("w")
 
 
+def test_a_merge_shard_by_shard_equals_peft_merge_and_unload(tmp_path, tiny_model):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from mpskit.errors import MpskitError
+    from mpskit.tools.merge_shards import merge_by_shard
+
+    base = tmp_path / "base"
+    AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.bfloat16).save_pretrained(base, max_shard_size="200KB")
+    assert len(list(base.glob("*.safetensors"))) > 2
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(model, config)
+    peft_model.save_pretrained(tmp_path / "adapter")
+    out = tmp_path / "merged"
+    out.mkdir()
+    merge_by_shard(base, tmp_path / "adapter", out)
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in base.iterdir())
+    expected = peft_model.merge_and_unload().to(torch.bfloat16).state_dict()  # peft's merge in float32, saved in bf16
+    merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16).state_dict()
+    assert merged.keys() == expected.keys()
+    changed = [key for key in merged if not torch.equal(merged[key], expected[key])]
+    assert changed == [] and any("down_proj" in key for key in merged)
+
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "use_dora": True}))
+    with pytest.raises(MpskitError, match="takes plain LoRA adapters, not use_dora"):
+        merge_by_shard(base, tmp_path / "adapter", tmp_path)
+
+
 def losses(run_dir: Path) -> list[float]:
     rows = [json.loads(line) for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
     return [row["loss"] for row in rows if "loss" in row]
@@ -47,8 +76,8 @@ def losses(run_dir: Path) -> list[float]:
 @pytest.mark.parametrize(
     "stage, bits, lean",
     [("sft", 4, []), ("dpo", 4, []), ("foodpo", 4, ["pref_beta_scale=0.5"]), ("sft", 4, ["lean_attention=true"]),
-     ("dpo", 4, ["lean_logits=false", "lean_attention=false"]), ("sft", 8, [])],
-    ids=["sft", "dpo", "foodpo", "sft-lean-attention", "dpo-lean-off", "sft-8-bit"],
+     ("dpo", 4, ["lean_logits=false", "lean_attention=false"]), ("sft", 8, []), ("kto", 4, []), ("rm", 4, [])],
+    ids=["sft", "dpo", "foodpo", "sft-lean-attention", "dpo-lean-off", "sft-8-bit", "kto", "rm"],
 )  # fmt: skip
 def test_a_quantized_run_logs_the_losses_of_plain_llamafactory(tmp_path, tiny_model, stage, bits, lean):
     words = [f"preset={stage}", f"model_name_or_path={tiny_model}", *WORDS, *SHORT, f"quantization_bit={bits}"]
@@ -86,9 +115,10 @@ def test_a_4_bit_run_chats_and_evaluates_in_4_bits_and_exports_a_16_bit_merge(tm
     log = next((run_dir / "eval").glob("*/train.log")).read_text()
     assert log.count("Quantizing model to 4 bit with bitsandbytes") == 2  # the policy, and the base as reference
 
-    out = tmp_path / "merged"  # LLaMA-Factory merges into the 16-bit base: peft's merge, to 1e-3 in float32
+    out = tmp_path / "merged"  # the 16-bit base merged shard by shard: peft's merge, to 1e-3 in float32
     exported = run_mpskit("export", str(run_dir), "-o", str(out), cwd=tmp_path)
     assert exported.returncode == 0, exported.stderr[-2000:]
+    assert (out / "tokenizer_config.json").is_file() and (out / "model.safetensors").is_file()
     merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     expected = PeftModel.from_pretrained(base, run_dir).merge_and_unload().eval()

@@ -107,6 +107,11 @@ class SafeFileOnDemand:
     def metadata(self) -> dict | None:
         return self._metadata
 
+    def byte_range(self, name: str) -> tuple[int, int]:
+        """Where the tensor's bytes lie in the file."""
+        start, end = self._entries[name]["data_offsets"]
+        return self._offset + start, self._offset + end
+
     def get_slice(self, name: str) -> _TensorOnDemand:
         return _TensorOnDemand(self._file, self._offset, self._entries[name])
 

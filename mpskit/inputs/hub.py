@@ -33,6 +33,15 @@ def _offline() -> bool:
 
 def hub_config(repo_id: str, revision: str | None = None) -> dict:
     """The model's config.json: from the local cache, else fetched once from the hub."""
+    path = hub_config_path(repo_id, revision)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise MpskitError(f"{path} is not a readable config.json", "delete it: the next plan fetches it again") from err
+
+
+def hub_config_path(repo_id: str, revision: str | None = None) -> Path:
+    """Where the model's config.json lies in the cache (its snapshot's folder holds the rest)."""
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
@@ -55,8 +64,4 @@ def hub_config(repo_id: str, revision: str | None = None) -> dict:
         raise MpskitError(f"{repo_id}: its config.json is not cached and the hub cannot be reached", fix) from err
     except (HfHubHTTPError, OSError, ValueError) as err:
         raise MpskitError(f"cannot fetch {repo_id}'s config.json: {str(err).splitlines()[0]}", fix) from err
-    try:
-        with open(path, encoding="utf-8") as file:
-            return json.load(file)
-    except (OSError, ValueError) as err:
-        raise MpskitError(f"{path} is not a readable config.json", "delete it: the next plan fetches it again") from err
+    return Path(path)

@@ -99,14 +99,47 @@ def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bo
     run = open_trained(run_dir, allow_unfinished)
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     with run.locked("mpskit export"):
-        args = inference_args(run, quantized=False)  # LLaMA-Factory merges into a 16-bit base only
+        args = {**inference_args(run, quantized=False), "export_dir": str(partial)}
         try:
             with library_output():
-                from llamafactory.train.tuner import export_model
+                if run.yaml_args().get("quantization_bit"):
+                    _merge_by_shard(args, partial)
+                else:
+                    from llamafactory.train.tuner import export_model
 
-                export_model({**args, "export_dir": str(partial)})
+                    export_model(args)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)  # this export's own half-written folder
             raise
     os.replace(partial, out)  # onto nothing, or onto the empty folder the user made
     return out
+
+
+def _merge_by_shard(args: dict, out: Path) -> None:
+    """A quantized run's export: its adapter merged into the 16-bit base on disk one weight at a time
+    (merge_shards.py), LLaMA-Factory's tokenizer with the run's template beside it, as its export
+    writes them. A 16 GB Mac thus exports the 7B model it trained in 4 bits."""
+    from llamafactory.data import get_template_and_fix_tokenizer
+    from llamafactory.hparams import get_infer_args
+    from llamafactory.model import load_tokenizer
+
+    from mpskit.tools.merge_shards import merge_by_shard
+
+    model_args, data_args, _, _ = get_infer_args(args)
+    tokenizer = load_tokenizer(model_args)["tokenizer"]
+    get_template_and_fix_tokenizer(tokenizer, data_args)
+    out.mkdir()
+    merge_by_shard(_local_base(str(args["model_name_or_path"])), Path(args["adapter_name_or_path"]), out)
+    tokenizer.padding_side = "left"  # as LLaMA-Factory's export leaves it, for generation
+    tokenizer.init_kwargs["padding_side"] = "left"
+    tokenizer.save_pretrained(out)
+
+
+def _local_base(model: str) -> Path:
+    """The base's folder: a local one, or a hub model's snapshot in the cache."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    from mpskit.inputs.hub import hub_config_path
+
+    return hub_config_path(model).parent
