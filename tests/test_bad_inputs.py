@@ -434,7 +434,7 @@ CASES = [
     (
         "plan without dims",
         ["plan", "preset=sft", "model_name_or_path=some/model", "--hardware", "cpu"],
-        ["dimensions of some/model"],
+        ["some/model: its config.json is not cached and HF_HUB_OFFLINE is set", "use a model_preset"],
     ),  # fmt: skip
 ]
 

@@ -106,12 +106,14 @@ def test_bf16_where_macos_lacks_it_becomes_fp32_with_a_warning(capsys, tmp_path)
     assert args["bf16"] is True  # macOS 14 runs it on an M1 too (emulated: slower, half the memory)
 
 
-def test_the_planner_offers_qlora_on_cuda_only():
-    """A 3B model on an 8 GB Mac: nothing fits, and the planner proposes 4 bits on CUDA only (a Mac
-    trains a 4-bit base when asked: quantization_bit=4)."""
-    words = ["preset=sft", "model_preset=qwen2.5-3b", "--json"]
+def test_the_planner_offers_qlora_where_bitsandbytes_builds():
+    """A 3B model in 6 GB: no 16-bit setting fits; a 4-bit base does on an Apple-silicon Mac and on
+    CUDA, and an Intel Mac (no bitsandbytes build) is told it does not fit."""
+    words = ["preset=sft", "model_preset=qwen2.5-3b", "memory_budget_gb=6", "--json"]
     mac = run_mpskit("plan", *words, "--hardware", "m1-8gb")
-    cuda = run_mpskit("plan", *words, "memory_budget_gb=6", "--hardware", "cuda-24gb")
-    assert (mac.returncode, cuda.returncode) == (3, 0)
-    assert '"quantization_bit": 4' not in mac.stdout
-    assert json.loads(cuda.stdout)["chosen"]["knobs"]["quantization_bit"] == 4
+    cuda = run_mpskit("plan", *words, "--hardware", "cuda-24gb")
+    intel = run_mpskit("plan", *words, "--hardware", "intel-mac")
+    assert (mac.returncode, cuda.returncode, intel.returncode) == (0, 0, 3)
+    for result in (mac, cuda):
+        assert json.loads(result.stdout)["chosen"]["knobs"]["quantization_bit"] == 4
+    assert "quantization_bit=4" not in intel.stdout and '"quantization_bit": 4' not in intel.stdout
