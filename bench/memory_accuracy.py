@@ -7,7 +7,7 @@ run's memory monitor measures what training adds: on the CPU peak RSS minus the 
 (before the model loads); on CUDA/MPS the device counters. Prints every case, then the median and
 maximum relative error.
 
-    python bench/memory_accuracy.py [--quick | --lean | --unchecked] [--steps N] [--out FILE.json]
+    python bench/memory_accuracy.py [--quick | --lean | --unchecked | --quantized] [--steps N] [--out FILE.json]
 
 On the CPU glibc's heap keeps growing for a few steps after the second: `--unchecked --steps 8`
 measures the planner's fast settings (checkpointing off, batch 2-4) the way a longer run meets them.
@@ -109,7 +109,21 @@ LEAN_ATTENTION = [
     ("qwen2.5-0.5b", Case("sft", 2048, 1, 8, True, lean_logits=True, lean_attention=True)),
     ("qwen2.5-0.5b", Case("dpo", 2048, 1, 8, True, lean_logits=True, lean_attention=True)),
 ]
-CASES += LEAN_UNCHECKPOINTED + LEAN_ATTENTION
+# Quantized bases (quantization_bit 4 and 8): SFT, DPO, fooDPO, checkpointing on and off, lean paths on top.
+QUANTIZED = [
+    ("mid", Case("sft", 512, 2, 8, True, quantization_bit=4)),
+    ("mid", Case("sft", 512, 2, 8, False, quantization_bit=4)),
+    ("mid", Case("dpo", 512, 1, 8, True, quantization_bit=4)),
+    ("mid", Case("sft", 512, 2, 8, True, quantization_bit=8)),
+    ("mid", Case("dpo", 1024, 1, 8, True, lean_logits=True, lean_attention=True, quantization_bit=8)),
+    ("qwen2.5-0.5b", Case("sft", 512, 1, 8, True, quantization_bit=4)),
+    ("qwen2.5-0.5b", Case("sft", 1024, 1, 8, True, lean_logits=True, quantization_bit=4)),
+    ("qwen2.5-0.5b", Case("dpo", 256, 1, 8, False, lean_logits=True, quantization_bit=4)),
+    ("qwen2.5-0.5b", Case("foodpo", 512, 1, 8, True, lean_logits=True, quantization_bit=4)),
+    ("qwen2.5-0.5b", Case("foodpo", 2048, 1, 8, True, lean_logits=True, lean_attention=True, quantization_bit=4)),
+    ("qwen2.5-0.5b", Case("sft", 512, 1, 8, True, lean_logits=True, quantization_bit=8)),
+]
+CASES += LEAN_UNCHECKPOINTED + LEAN_ATTENTION  # the quantized cases run on their own (--quantized)
 QUICK = [(model, case) for model, case in CASES if model in ("tiny", "small")]
 
 
@@ -129,19 +143,20 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="only the tiny and small models")
     parser.add_argument("--lean", action="store_true", help="only the lean cases (logits, attention)")
     parser.add_argument("--unchecked", action="store_true", help="only the lean cases with checkpointing off")
+    parser.add_argument("--quantized", action="store_true", help="only the quantized cases (4 and 8 bits)")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps per case (default 2)")
     parser.add_argument("--hardware", default="cpu", help="hardware profile of the runs (default: cpu)")
     parser.add_argument("--out", help="write every case as JSON here")
     ns = parser.parse_args()
     cases = QUICK if ns.quick else LEAN + LEAN_UNCHECKPOINTED + LEAN_ATTENTION if ns.lean else CASES
-    cases = LEAN_UNCHECKPOINTED if ns.unchecked else cases
+    cases = LEAN_UNCHECKPOINTED if ns.unchecked else QUANTIZED if ns.quantized else cases
     with tempfile.TemporaryDirectory(prefix="mpskit-memory-bench-") as tmp:
         work = Path(tmp)
         data = write_long_data(work / "data")
         models = build_models({model for model, _ in cases}, work / "models")
         results = []
         header = f"{'stage':7} {'model':13} {'cutoff':>6} {'batch':>5} {'rank':>4} {'ckpt':>4} {'attn':5} {'lean':6}"
-        print(f"{header} {'estimate':>9} {'measured':>9} {'error':>7} {'time':>6}", flush=True)
+        print(f"{header} {'bits':>4} {'estimate':>9} {'measured':>9} {'error':>7} {'time':>6}", flush=True)
         for i, (model, case) in enumerate(cases):
             run = replace(case, steps=ns.steps)
             row = measure(run, models[model], data, work / f"run-{i}", ns.hardware)
@@ -149,6 +164,7 @@ def main() -> int:
             print(
                 f"{case.stage:7} {model:13} {case.cutoff_len:>6} {case.batch:>5} {case.lora_rank:>4} "
                 f"{'on' if case.checkpointing else 'off':>4} {case.attention:5} {lean_paths(case):6} "
+                f"{case.quantization_bit or 16:>4} "
                 f"{row['estimate_gb']:>8.3f}G {row['measured_gb']:>8.3f}G "
                 f"{row['error']:>+7.1%} {row['seconds']:>5.0f}s",
                 flush=True,

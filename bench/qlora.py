@@ -1,0 +1,160 @@
+"""4-bit bases against 16-bit ones, on the CPU: the stand-in for MPS (bitsandbytes runs the same NF4).
+
+The model is a random Qwen2-architecture one with 268M decoder-linear parameters (hidden 1024, 16
+layers, FFN 4096, the tiny model's tokenizer), saved in bf16 shards of 100 MB. Each case is SFT at
+cutoff 256, batch 2, LoRA rank 8 on every linear layer, checkpointing on, bf16, 3 optimizer steps,
+in a fresh `mpskit train` process; each round runs the 16-bit and the 4-bit case in turn (A B, then
+B A in the next round). From mpskit.json (RSS above the imports, the memory monitor's figures):
+  - training memory: the run's peak, loading included;
+  - the loading peak: the highest it went before the first step, against the base's size on disk;
+  - the step time: the median of the steps after the first.
+Then each run is exported (`mpskit export`, in a fresh process whose peak RSS is reset after the
+imports): the 16-bit run through LLaMA-Factory's export (the whole model loaded, merged, saved), the
+4-bit one merged shard by shard from the 16-bit base; the peak above the imports, against the
+merged model's size on disk.
+Prints the medians and spread over the rounds, the 4-bit / 16-bit ratios, and the share of the bytes
+that 4-bit weights can save (the decoder's linear weights, 2 bytes -> 0.516) that the measured
+peak saves. Targets: that share at least 70%; the 4-bit loading peak below the base's size; the
+shard-by-shard export peak at most 0.6x the merged model.
+
+glibc's heap keeps the pages of freed buffers below its mmap threshold, which on the CPU makes the
+training peak vary by tenths of a GB between identical runs (dequantizing 4-bit weights in every
+matmul frees many such buffers). `--fixed-mmap-threshold` runs both arms with MALLOC_MMAP_THRESHOLD_
+at 1 MiB, so buffers of 1 MiB and more go back to the system when freed: the same comparison with
+that noise left out.
+
+    python bench/qlora.py [--repeats 3] [--fixed-mmap-threshold] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mpskit.errors import MpskitError  # noqa: E402
+from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
+from mpskit.plan.memory import QUANTIZED_BYTES  # noqa: E402
+from mpskit.rundir import RunDir  # noqa: E402
+
+DIMS = dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
+            intermediate_size=4096)  # fmt: skip
+GIB = 1024**3
+SHARE_TARGET = 0.70
+EXPORT_TARGET = 0.6
+# `mpskit export` with the libraries imported first, the kernel's peak RSS (VmHWM) reset after them.
+EXPORT = """
+import json, re, sys
+from pathlib import Path
+import llamafactory.train.tuner, llamafactory.data, llamafactory.model
+from mpskit.engine.quantized import import_bitsandbytes
+from mpskit.tools import merge_shards, use_run
+import_bitsandbytes()
+def rss(field):
+    return int(re.search(field + r":\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+Path("/proc/self/clear_refs").write_text("5")
+baseline = rss("VmRSS")
+use_run.export(sys.argv[1], sys.argv[2])
+print(json.dumps({"export_peak_gb": (rss("VmHWM") - baseline) / 1024**3}))
+"""
+ARMS = {"16-bit": [], "4-bit": ["quantization_bit=4"]}
+
+
+def build_model(out: Path) -> tuple[Path, int]:
+    """The bench's model in bf16 shards, and its count of decoder-linear weights."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mpskit.tools.tiny import build_tiny_model
+
+    float32 = build_tiny_model(out / "float32", ROOT / "data", dims=DIMS)
+    model = AutoModelForCausalLM.from_pretrained(float32, dtype=torch.bfloat16)
+    model.save_pretrained(out / "bf16", max_shard_size="100MB")
+    AutoTokenizer.from_pretrained(float32).save_pretrained(out / "bf16")
+    linear = sum(p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2)
+    return out / "bf16", linear
+
+
+def run_case(model: Path, data: Path, out: Path, extra: list[str], env: dict[str, str]) -> dict:
+    words = [
+        "stage=sft", f"model_name_or_path={model}", "template=qwen", f"dataset_dir={data}", "dataset=long_sft",
+        "eval_dataset=", "eval_strategy=no", "cutoff_len=256", "per_device_train_batch_size=2",
+        "gradient_accumulation_steps=1", "lora_rank=8", "lora_target=all", "disable_gradient_checkpointing=false",
+        "bf16=true", "max_steps=3", "logging_steps=1", "save_strategy=no", "plot_loss=false",
+        "memory_budget_gb=1000", f"output_dir={out}", *extra,
+    ]  # fmt: skip
+    train_in_fresh_process(words, f"bench run {extra or '16-bit'}", f"see {out}", {**OFFLINE, **env})
+    measured = RunDir.open(out).record.memory.measured
+    steps = measured["step_seconds"][1:] or measured["step_seconds"]
+    merged = out.parent / f"{out.name}-merged"
+    exported = subprocess.run([sys.executable, "-c", EXPORT, str(out), str(merged)], capture_output=True, text=True,
+                              env=fresh_process_env({**OFFLINE, **env}))  # fmt: skip
+    if exported.returncode != 0:
+        raise MpskitError(f"export of {out} failed: {exported.stderr.strip()[-300:]}", f"run mpskit export {out}")
+    merged_gb = sum(path.stat().st_size for path in merged.glob("*.safetensors")) / GIB
+    return {
+        "training_gb": measured["training_gb"],
+        "loading_peak_gb": measured["loading_peak_gb"],
+        "step_s": statistics.median(steps),
+        "export_peak_x": json.loads(exported.stdout.strip().splitlines()[-1])["export_peak_gb"] / merged_gb,
+    }
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of both cases (default 3)")
+    parser.add_argument("--fixed-mmap-threshold", action="store_true", help="glibc's mmap threshold fixed at 1 MiB")
+    parser.add_argument("--out", help="also write the figures as JSON here")
+    ns = parser.parse_args()
+    if ns.repeats < 1:
+        raise SystemExit("mpskit: error: --repeats must be at least 1; give --repeats 3")
+    with tempfile.TemporaryDirectory(prefix="mpskit-bench-qlora-") as tmp:
+        work = Path(tmp)
+        model, linear = build_model(work / "model")
+        base_gb = sum(path.stat().st_size for path in model.glob("*.safetensors")) / GIB
+        data = write_long_data(work / "data")
+        rounds = []
+        env = {"MALLOC_MMAP_THRESHOLD_": str(1024**2)} if ns.fixed_mmap_threshold else {}
+        for i in range(ns.repeats):
+            order = list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]
+            figures = {arm: run_case(model, data, work / f"run-{i}-{arm}", ARMS[arm], env) for arm in order}
+            rounds.append(figures)
+            print(f"round {i + 1}: " + "; ".join(f"{arm} {json.dumps(figures[arm])}" for arm in ARMS), flush=True)
+    savable_gb = linear * (2 - QUANTIZED_BYTES[4]) / GIB
+    saved = [r["16-bit"]["training_gb"] - r["4-bit"]["training_gb"] for r in rounds]
+    print(f"\nmodel: {linear / 1e6:.0f}M decoder-linear weights, base {base_gb:.3f} GB on disk (bf16); 4 bits can "
+          f"save {savable_gb:.3f} GB of them")  # fmt: skip
+    for key, label in (("training_gb", "training memory GB"), ("loading_peak_gb", "loading peak GB"),
+                       ("step_s", "step time s"), ("export_peak_x", "export peak / model")):  # fmt: skip
+        values = {arm: [r[arm][key] for r in rounds] for arm in ARMS}
+        ratios = [r["4-bit"][key] / r["16-bit"][key] for r in rounds]
+        print(f"{label:20} 16-bit {spread(values['16-bit'])}  4-bit {spread(values['4-bit'])}  "
+              f"4-bit/16-bit {spread(ratios)}")  # fmt: skip
+    share = statistics.median(saved) / savable_gb
+    loading = [r["4-bit"]["loading_peak_gb"] / base_gb for r in rounds]
+    print(f"saved by 4 bits: {spread(saved)} GB = {share:.0%} of what 4-bit weights can save (target >= "
+          f"{SHARE_TARGET:.0%}); 4-bit loading peak / base size {spread(loading)} (target < 1)")  # fmt: skip
+    export = statistics.median(r["4-bit"]["export_peak_x"] for r in rounds)
+    print(f"shard-by-shard export peak {export:.2f}x the merged model (target <= {EXPORT_TARGET}x)")
+    if ns.out:
+        Path(ns.out).write_text(json.dumps({"rounds": rounds, "linear": linear, "base_gb": base_gb}, indent=2))
+    return 0 if share >= SHARE_TARGET and statistics.median(loading) < 1 and export <= EXPORT_TARGET else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except MpskitError as err:
+        print(f"mpskit: error: {err}", file=sys.stderr)
+        sys.exit(2)
