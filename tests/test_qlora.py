@@ -13,6 +13,7 @@ from conftest import ROOT, run_llamafactory_cli, run_mpskit
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from mpskit.engine import quantized
 from mpskit.engine.quantized import SafeFileOnDemand
 
 WORDS = ["template=qwen", f"dataset_dir={ROOT / 'data'}", "cutoff_len=128", "learning_rate=5e-3", "logging_steps=1",
@@ -36,6 +37,21 @@ def test_the_loader_reads_what_the_memory_map_reads(tmp_path):
     cut.write_bytes(cut.read_bytes()[:-8])
     with SafeFileOnDemand(cut) as read, pytest.raises(OSError, match="ends inside tensor data"):
         read.get_tensor("w")
+
+
+@pytest.mark.skipif(quantized._MALLOC_TRIM is None, reason="malloc_trim is glibc's (Linux)")
+def test_the_heap_is_trimmed_before_each_decoder_layer_and_only_within(tiny_model, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    calls = []
+    monkeypatch.setattr(quantized, "_trim_heap", lambda: calls.append(1))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tokens = torch.tensor([[1, 17, 230, 5]])
+    with quantized.trim_between_layers():
+        model(tokens)
+    assert len(calls) == model.config.num_hidden_layers
+    model(tokens)
+    assert len(calls) == model.config.num_hidden_layers
 
 
 def test_a_merge_shard_by_shard_equals_peft_merge_and_unload(tmp_path, tiny_model):

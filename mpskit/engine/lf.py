@@ -223,7 +223,8 @@ def run(args: dict, callbacks: list | None = None) -> dict:
     resumable trainers (resumable.py); the SFT and DPO workflows build mpskit's lean trainers
     (LLaMA-Factory's own, with one method replaced, and lean attention set on their models);
     `stage: foodpo` becomes LLaMA-Factory's DPO workflow building the fooDPO trainer. A base quantized
-    as it loads is read tensor by tensor, never memory-mapped (quantized.py).
+    as it loads is read tensor by tensor, never memory-mapped, and on glibc the heap is trimmed
+    before each decoder layer runs (quantized.py).
     Returns what each lean path did (for mpskit.json).
     """
     from mpskit.engine import lean_trainers, resumable, trainer_log
@@ -246,11 +247,11 @@ def run(args: dict, callbacks: list | None = None) -> dict:
         lean_trainers.install(lean, attention, FooDPOTrainer, foodpo=config)
     else:
         lean_trainers.install(lean, attention)
-    loading = contextlib.nullcontext()
-    if args.get("quantization_bit") is not None:
-        from mpskit.engine.quantized import read_on_demand
+    with contextlib.ExitStack() as quantized:
+        if args.get("quantization_bit") is not None:
+            from mpskit.engine.quantized import read_on_demand, trim_between_layers
 
-        loading = read_on_demand()
-    with loading:
+            quantized.enter_context(read_on_demand())
+            quantized.enter_context(trim_between_layers())
         run_exp(args, callbacks=callbacks or [])
     return {"lean_logits": lean.report, "lean_attention": attention.report}

@@ -7,7 +7,8 @@ run: the process then holds the whole 16-bit base besides the quantized one (on 
 above the imports for a 268M-weight model whose 16-bit run takes 0.8 GB). `read_on_demand` has the
 loader read each tensor with a plain file read instead: its bytes live in memory of their own until
 the weight is quantized, and the checkpoint's pages are never mapped. 16-bit runs keep the maps
-(their weights are read in place). Imports torch.
+(their weights are read in place). In training, `trim_between_layers` hands back the pages of the
+dequantized copies that glibc keeps. Imports torch.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def import_bitsandbytes() -> None:
 
 
 def _glibc_trim():
-    """glibc's malloc_trim, where the C library is glibc (Linux); else None."""
+    """glibc's malloc_trim, where the C library is glibc (Linux); else None (macOS's allocator hands
+    pages back on its own)."""
     try:
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
@@ -134,6 +136,31 @@ def read_on_demand() -> Iterator[None]:
         yield
     finally:
         modeling_utils.safe_open = mapped
+
+
+def _trim_before_decoder_layer(module: torch.nn.Module, inputs: tuple) -> None:
+    if type(module).__name__.endswith("DecoderLayer"):
+        _trim_heap()
+
+
+@contextlib.contextmanager
+def trim_between_layers() -> Iterator[None]:
+    """Within: the heap's free pages go back to the system before each decoder layer runs (its
+    forward, and its recomputed forward under checkpointing), on glibc.
+
+    A quantized layer dequantizes each weight for its matmul and frees the copy right after: on the
+    CPU, glibc keeps those MB-sized buffers' pages in the heap between the tensors that stay, and the
+    peak then held tenths of a GB of free pages, more in one run than in the next. Trimmed, the peak
+    is what the weights promise and the same from run to run; the steps are slower, as the pages
+    fault in again (bench/qlora.py). A CUDA run dequantizes on the GPU: nothing to trim."""
+    if _MALLOC_TRIM is None or torch.cuda.is_available():
+        yield
+        return
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(_trim_before_decoder_layer)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def round_trip(device: str) -> float:
