@@ -54,6 +54,12 @@ ATTENTION_GRADIENT_COPIES = 2
 # fifth of a layer's worth per layer (glibc's counters sampled through a step: the gap between RSS
 # and the live tensors is free heap). MPS and CUDA have caching allocators of their own (not measured).
 HEAP_KEPT_FRACTION = {True: 0.52, False: 0.22}  # by gradient checkpointing
+# A quantized run on glibc trims the heap before each decoder layer (engine/quantized.py): what stays
+# is a quarter of the above with checkpointing (the recomputed layers' backward between two trims),
+# nothing more without, and the saved activations cost less above their bytes. Calibrated on
+# bench/memory_accuracy.py --quantized (its first 11 cases; 3 more held out).
+TRIMMED_HEAP_KEPT_FRACTION = {True: 0.13, False: 0.0}
+TRIMMED_ACTIVATION_FACTOR = 1.15
 MMAP_CEILING_BYTES = 32 * 1024**2
 # The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
 # matmul's output, and per scored position two hidden-sized rows: the gathered hidden state and its
@@ -237,12 +243,19 @@ def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, lean: 
     return elements, fp32_elements
 
 
+def trimmed(knobs: Knobs, device: str) -> bool:
+    """Whether the run trims the CPU heap between layers: a quantized base on the CPU."""
+    return knobs.quantization_bit is not None and device == "cpu"
+
+
 def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
-    """What glibc keeps of the freed layer buffers of earlier steps, on the CPU (see HEAP_KEPT_FRACTION)."""
+    """What glibc keeps of the freed layer buffers of earlier steps, on the CPU (see HEAP_KEPT_FRACTION,
+    and TRIMMED_HEAP_KEPT_FRACTION for a quantized run)."""
     width = DTYPE_BYTES[knobs.dtype]
     buffers = [tokens * dims.hidden * width] * 8 + [tokens * dims.ffn * width] * 4
     small = sum(size for size in buffers if size < MMAP_CEILING_BYTES)
-    return int(HEAP_KEPT_FRACTION[knobs.checkpointing] * dims.layers * small)
+    fraction = (TRIMMED_HEAP_KEPT_FRACTION if trimmed(knobs, "cpu") else HEAP_KEPT_FRACTION)[knobs.checkpointing]
+    return int(fraction * dims.layers * small)
 
 
 def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "cpu") -> Estimate:
@@ -273,9 +286,10 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     fused = attention_fused(knobs.attention, device)
     lean_attention = lean_attention_runs(knobs, device)
     elements, fp32_elements = layer_activation_elements(dims, knobs, fused, lean_attention)
-    layer_bytes = int(ACTIVATION_FACTOR * tokens * (elements * width + fp32_elements * 4))
+    factor = TRIMMED_ACTIVATION_FACTOR if trimmed(knobs, device) else ACTIVATION_FACTOR
+    layer_bytes = int(factor * tokens * (elements * width + fp32_elements * 4))
     if knobs.checkpointing:  # each layer keeps only its input
-        parts["activations"] = int(ACTIVATION_FACTOR * dims.layers * tokens * dims.hidden * width)
+        parts["activations"] = int(factor * dims.layers * tokens * dims.hidden * width)
     else:
         parts["activations"] = dims.layers * layer_bytes
 
