@@ -27,7 +27,8 @@ def hub_cache_dir() -> Path:
     return Path(os.environ.get("HF_HUB_CACHE") or home / "hub").expanduser()
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub reads it (1, true, yes or on)."""
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
 
 
@@ -50,7 +51,7 @@ def hub_config_path(repo_id: str, revision: str | None = None) -> Path:
         cache = str(hub_cache_dir())
         path = try_to_load_from_cache(repo_id, CONFIG, cache_dir=cache, revision=revision)
         if not isinstance(path, str):
-            if _offline():
+            if hub_offline():
                 raise MpskitError(f"{repo_id}: its config.json is not cached and HF_HUB_OFFLINE is set", fix)
             path = hf_hub_download(repo_id, CONFIG, cache_dir=cache, revision=revision)
     except GatedRepoError as err:

@@ -18,7 +18,7 @@ from mpskit.errors import MpskitError, warn
 from mpskit.inputs import quantization
 from mpskit.inputs.dataset_checks import check_conversion, check_datasets
 from mpskit.inputs.hardware import nvidia_gpus
-from mpskit.inputs.hub import hub_cache_dir, looks_like_hub_id
+from mpskit.inputs.hub import hub_cache_dir, hub_offline, looks_like_hub_id
 from mpskit.inputs.knobs import from_args
 from mpskit.inputs.optional_packages import missing_packages
 from mpskit.inputs.presets import preset_model_dir
@@ -116,7 +116,7 @@ def check_model(model: str, need_weights: bool = True) -> None:
         return
     if not need_weights:
         warn(f"{model} is not downloaded: download it before `mpskit train` (hf download {model})")
-    elif os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or not _hub_reachable(model):
+    elif hub_offline() or not _hub_reachable(model):
         raise MpskitError(f"model {model} is not a local directory and the hub cannot be reached", fix)
 
 
