@@ -11,6 +11,7 @@ from pathlib import Path
 from mpskit import __version__
 from mpskit.errors import Interrupted, MpskitError, warn
 from mpskit.run.quiet import VERBOSE_VARIABLE
+from mpskit.temporary import install_sigterm_exit
 
 NOTHING_FITS = 3  # `mpskit plan`: the report is printed, and no setting fits
 
@@ -95,6 +96,7 @@ def cmd_ls(ns: argparse.Namespace) -> int:
 def cmd_config(words: list[str]) -> int:
     from mpskit.engine import lf
     from mpskit.inputs.optional_packages import missing_packages
+    from mpskit.inputs.plain_data import registration_folder
     from mpskit.recipes.changes import say_changes
     from mpskit.recipes.checks import check_with_engine, prepare
     from mpskit.rundir import new_run_dir
@@ -108,10 +110,11 @@ def cmd_config(words: list[str]) -> int:
     check_with_engine(run.args)
     for problem, fix in missing_packages(run.args):  # a config may be written for another machine
         warn(f"{problem} here ({fix})")
-    if run.datasets:
-        warn(f"dataset_dir {run.args['dataset_dir']} is a temporary registration of the plain data files: "
-             "mpskit train registers them in the run folder; for llamafactory-cli, register them yourself")  # fmt: skip
     args = dict(run.args)
+    if run.datasets:  # the checks' registration goes at exit: the YAML names one that stays
+        args["dataset_dir"] = str(registration_folder(run.datasets, keep=True))
+        warn(f"dataset_dir {args['dataset_dir']} registers the plain data files for this YAML (delete it when "
+             "done); mpskit train registers them in the run folder itself")  # fmt: skip
     args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))
     say_changes(run, args)
     if output:
@@ -304,7 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    if argv is None:  # the command line: a SIGTERM unwinds, so temporary folders go (temporary.py)
+        install_sigterm_exit()
+        argv = sys.argv[1:]
     if "-v" in argv or "--verbose" in argv:  # any command; the libraries read it where they run
         os.environ[VERBOSE_VARIABLE] = "1"
         argv = [word for word in argv if word not in ("-v", "--verbose")]

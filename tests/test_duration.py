@@ -156,4 +156,4 @@ def test_sigterm_during_a_probe_leaves_no_temporary_folder(tmp_path, tiny_model)
     child.send_signal(signal.SIGTERM)
     _, stderr = child.communicate(timeout=120)
     assert child.returncode == 128 + signal.SIGTERM and "Traceback" not in stderr, stderr[-2000:]
-    assert list(temporary.iterdir()) == []
+    assert not list(temporary.glob("mpskit-*"))  # torch may leave its own cache (torchinductor_<user>) there

@@ -111,3 +111,20 @@ def test_a_stage_that_does_not_fit_the_file_is_refused_by_plan_as_by_train(tmp_p
     for command in ("plan", "train"):
         result = run_mpskit(command, *words("dpo", tiny_model, str(data)), cwd=tmp_path)
         assert result.returncode == 2 and "not a preference set" in result.stderr, (command, result.stderr)
+
+
+def test_plain_data_is_registered_in_private_folders_that_plan_leaves_none_of(tmp_path, tiny_model):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    data = write_jsonl(tmp_path / "mine" / "alpaca.jsonl", SFT)
+    env = {"TMPDIR": str(temporary)}
+    plan = run_mpskit("plan", *words("sft", tiny_model, str(data)), cwd=tmp_path, env=env)
+    assert plan.returncode == 0 and list(temporary.iterdir()) == [], plan.stderr
+    kept = []
+    for name in ("one.yaml", "two.yaml"):
+        config = run_mpskit("config", *words("sft", tiny_model, str(data)), "-o", name, cwd=tmp_path, env=env)
+        assert config.returncode == 0, config.stderr
+        kept.append(Path(yaml.safe_load((tmp_path / name).read_text())["dataset_dir"]))
+    # the YAMLs' registrations stay, each in a new folder of a name no one can claim first, for this user only
+    assert sorted(temporary.iterdir()) == sorted(kept) and kept[0] != kept[1]
+    assert all((folder / "dataset_info.json").is_file() and folder.stat().st_mode & 0o777 == 0o700 for folder in kept)

@@ -11,7 +11,6 @@ temporary folder for the checks and the plan, and into the run folder for the ru
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from pathlib import Path
 from mpskit.errors import MpskitError
 from mpskit.inputs.dataset_checks import read_rows
 from mpskit.rundir import write_atomic
+from mpskit.temporary import private_folder
 
 SUFFIXES = (".jsonl", ".json")
 DATASET_INFO = "dataset_info.json"
@@ -152,21 +152,20 @@ def register_plain_data(user: dict) -> tuple[dict, dict]:
             user[key] = ",".join(names)
     if chosen["eval_dataset"] and not paths["eval_dataset"] and "eval_strategy" not in user:
         user["eval_strategy"] = "epoch"  # a folder's valid file is there to be evaluated on, as in mlx-lm
-    user["dataset_dir"] = str(_registration(entries))
+    user["dataset_dir"] = str(registration_folder(entries))
     return user, entries
 
 
-def _registration(entries: dict) -> Path:
-    """A folder holding a dataset_info.json of these entries, for the checks and the plan; named by
-    its content, so asking twice writes nothing new. A run writes its own into its folder."""
-    text = dataset_info_text(entries)
-    folder = Path(tempfile.gettempdir()) / f"mpskit-data-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+def registration_folder(entries: dict, keep: bool = False) -> Path:
+    """A private folder holding a dataset_info.json of these entries, for the checks and the plan,
+    removed at exit (a run writes its own into its folder); with KEEP it stays (`mpskit config`)."""
     try:
-        folder.mkdir(exist_ok=True)
-        write_atomic(folder / DATASET_INFO, text)
+        folder = private_folder("mpskit-data-", keep)
+        write_atomic(folder / DATASET_INFO, dataset_info_text(entries))
     except OSError as err:
         raise MpskitError(
-            f"cannot register the data files in {folder} ({err.strerror})", "set TMPDIR to a folder you can write"
+            f"cannot register the data files in {tempfile.gettempdir()} ({err.strerror})",
+            "set TMPDIR to a folder you can write",
         ) from None
     return folder
 

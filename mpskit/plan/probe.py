@@ -9,15 +9,10 @@ it (duration.extrapolate), and the time to start is what the process took beyond
 
 from __future__ import annotations
 
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import NoReturn
 
 from mpskit.errors import MpskitError
 from mpskit.inputs.hardware import Hardware, detect
@@ -25,6 +20,7 @@ from mpskit.inputs.knobs import to_args
 from mpskit.plan.measure import TIMED_ONLY, train_in_fresh_process
 from mpskit.plan.planner import Plan
 from mpskit.rundir import RunDir
+from mpskit.temporary import private_folder
 
 PROBE_STEPS = 3
 
@@ -58,11 +54,6 @@ def check_probe_machine(hw: Hardware) -> None:
         )
 
 
-def _exit_on_sigterm(signum, frame) -> NoReturn:
-    """SIGTERM as an exit that unwinds: the training child is killed and the temporary folder removed."""
-    raise SystemExit(128 + signum)
-
-
 def probe(words: list[str], plan: Plan, world_size: int = 1) -> Probe:
     """Train the plan's chosen setting for 1 + PROBE_STEPS steps in a fresh process and time it."""
     setting = to_args(plan.chosen.knobs, plan.effective_batch)
@@ -79,17 +70,11 @@ def probe(words: list[str], plan: Plan, world_size: int = 1) -> Probe:
         "resume_from_checkpoint=",
         *TIMED_ONLY,
     ]
-    work = Path(tempfile.mkdtemp(prefix="mpskit-probe-"))
-    out = work / "run"
+    out = private_folder("mpskit-probe-") / "run"  # removed at exit, SIGTERM included (temporary.py)
     print(f"mpskit: probe: training {steps} steps of the chosen setting in a fresh process", file=sys.stderr)
-    before = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the finally below runs on SIGTERM too
-    try:
-        started = time.perf_counter()
-        fix = "run `mpskit train` with the same words to see the whole message"
-        train_in_fresh_process([*words, *overrides, f"output_dir={out}"], "the probe", fix)
-        wall_s = time.perf_counter() - started
-        step_seconds = RunDir.open(out).record.memory.measured["step_seconds"]
-    finally:
-        signal.signal(signal.SIGTERM, before)
-        shutil.rmtree(work, ignore_errors=True)  # the probe's own temporary folder, nothing of the user's
+    started = time.perf_counter()
+    fix = "run `mpskit train` with the same words to see the whole message"
+    train_in_fresh_process([*words, *overrides, f"output_dir={out}"], "the probe", fix)
+    wall_s = time.perf_counter() - started
+    step_seconds = RunDir.open(out).record.memory.measured["step_seconds"]
     return Probe(step_seconds, max(wall_s - sum(step_seconds), 0.0))
