@@ -301,6 +301,15 @@ def new_run_dir(run_name: str, output_dir: str | None, root: str | Path = "outpu
     return path
 
 
+def real_run_path(path: Path) -> Path:
+    """PATH with every link in it followed: `output/<run>/latest`, or a link of the user's, names the
+    run folder itself, which is where a run's files and its `latest` are written."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as err:  # RuntimeError: a loop of links
+        raise MpskitError(f"{path} cannot be followed to a folder ({err})", "give the run folder itself") from None
+
+
 class RunDir:
     """One run folder, opened once and passed around: its record lives here in memory and is saved
     (atomically) after each change. Every file of the folder is read and written through it."""
@@ -311,7 +320,7 @@ class RunDir:
 
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
-        path = Path(path)
+        path = real_run_path(Path(path))
         if not is_run_dir(path):
             raise MpskitError(f"{path} is not an mpskit run directory", "give a folder that holds mpskit.json")
         return cls(path, read_record(path))

@@ -107,6 +107,7 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     config = json.loads((model / "config.json").read_text())
     write("gptq_model/config.json", json.dumps({**config, "quantization_config": {"quant_method": "gptq", "bits": 4}}))
     (work / "dangling").symlink_to(work / "nowhere")
+    (work / "loop").symlink_to("loop")  # a link to itself
     rows = {
         "broken.json": "[{\"instruction\": \"a\",",
         "empty.json": "",
@@ -358,6 +359,8 @@ CASES = [
     ("output_dir a dangling link", ["train", "BASE", "output_dir={w}/dangling"], ["link to nothing"]),
     ("output_dir is a file", ["train", "BASE", "output_dir={w}/a_file"], ["a_file"]),
     ("resume: a file", ["train", "--resume", "{w}/a_file"], ["not an mpskit run directory"]),
+    ("resume: a loop of links", ["train", "--resume", "{w}/loop"], ["cannot be followed to a folder"]),
+    ("export: a loop of links", ["export", "{w}/loop", "-o", "{w}/merged"], ["cannot be followed to a folder"]),
     ("config over an existing file", ["config", "BASE", "-o", "{w}/a_file"], ["a_file already exists", "--force"]),
     ("resume from a missing checkpoint", ["train", "BASE", "resume_from_checkpoint={w}/nope"], ["not a folder"]),
     (

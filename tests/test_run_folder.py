@@ -55,8 +55,10 @@ def outside(run_dir: Path, root: Path) -> list[Path]:
 def test_a_kill_after_the_last_checkpoint_resumes_to_finished_without_another_step(tmp_path, tiny_model):
     run_dir = killed_run(tmp_path, tiny_model, step=6)
     assert (run_dir / "checkpoint-6").is_dir() and attempts(run_dir) == []  # killed before the end was recorded
-    resumed = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    latest = tmp_path / "output" / "run" / "latest"
+    resumed = run_mpskit("train", "--resume", str(latest), cwd=tmp_path)  # the command mpskit prints
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert latest.resolve() == run_dir
     assert attempts(run_dir)[-1]["outcome"] == "finished" and attempts(run_dir)[-1]["resumed_from"] == "checkpoint-6"
     assert max(logged_steps(run_dir)) == 6 and not (run_dir / "checkpoint-7").exists()
     state = json.loads((run_dir / "trainer_state.json").read_text())

@@ -43,6 +43,7 @@ from mpskit.rundir import (
     new_run_dir,
     read_log,
     read_yaml,
+    real_run_path,
 )
 
 VERSIONED = ("torch", "transformers", "peft", "trl", "llamafactory")
@@ -150,7 +151,7 @@ def resume(run_dir: str | Path | None = None, rebuild: bool = False) -> Path:
     """Continue a stopped, killed or failed run from its newest complete checkpoint (from step 0 when it
     has none), with its own settings. A run that finished is left as it is: resuming it would train
     past its end and rewrite its results. `rebuild`: with a new record in place of a damaged one."""
-    path = Path(run_dir) if run_dir else latest_run_dir()
+    path = real_run_path(Path(run_dir)) if run_dir else latest_run_dir()
     return continue_run(rebuild_record(path) if rebuild else RunDir.open(path))
 
 
