@@ -99,13 +99,13 @@ def cmd_config(words: list[str]) -> int:
     from mpskit.inputs.plain_data import registration_folder
     from mpskit.recipes.changes import say_changes
     from mpskit.recipes.checks import check_with_engine, prepare
-    from mpskit.rundir import new_run_dir
+    from mpskit.rundir import WRITABLE_FILE, check_file_target, new_run_dir
 
     force = "--force" in words
     run, output = _resolve_from_words([word for word in words if word != "--force"])
     _note_device_problems(run)
-    if output and (Path(output).exists() or Path(output).is_symlink()) and not force:
-        raise MpskitError(f"{output} already exists", "give -o a new file, or add --force to replace it")
+    if output:
+        check_file_target(Path(output), force)
     run, _ = prepare(run, need_weights=False)
     check_with_engine(run.args)
     for problem, fix in missing_packages(run.args):  # a config may be written for another machine
@@ -118,7 +118,10 @@ def cmd_config(words: list[str]) -> int:
     args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))
     say_changes(run, args)
     if output:
-        lf.write_yaml(args, output)
+        try:
+            lf.write_yaml(args, output)
+        except OSError as err:
+            raise MpskitError(f"cannot write {output} ({err.strerror})", WRITABLE_FILE) from None
         print(f"mpskit: wrote {output}", file=sys.stderr)
         own = [f"{key}={str(args[key]).lower()}" for key in lf.LEAN_KEYS if key in run.pinned and key in args]
         if own:  # llamafactory-cli would refuse them in the file, so they are not there

@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import sys
 import zipfile
 from collections.abc import Iterator
@@ -145,6 +146,25 @@ def write_atomic(path: Path, text: str) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+WRITABLE_FILE = "give -o a file in a folder you can write"
+
+
+def check_file_target(path: Path, force: bool) -> None:
+    """A file an `-o` writes: absent, or with --force a regular file, which is replaced. Never a folder,
+    a link, a device (/dev/null, /dev/stdout), a FIFO or a socket: the rename that writes it would put a
+    file in their place."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as err:  # below a file, no permission
+        raise MpskitError(f"{path} cannot be written ({err.strerror})", WRITABLE_FILE) from None
+    if not stat.S_ISREG(mode):
+        raise MpskitError(f"{path} is not a regular file", "give -o a new file (--force replaces only a regular file)")
+    if not force:
+        raise MpskitError(f"{path} already exists", "give -o a new file, or add --force to replace it")
 
 
 def write_record(run_dir: Path, record: RunRecord) -> None:

@@ -108,6 +108,8 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("gptq_model/config.json", json.dumps({**config, "quantization_config": {"quant_method": "gptq", "bits": 4}}))
     (work / "dangling").symlink_to(work / "nowhere")
     (work / "loop").symlink_to("loop")  # a link to itself
+    (work / "link_to_file").symlink_to("a_file")
+    os.mkfifo(work / "fifo")
     rows = {
         "broken.json": "[{\"instruction\": \"a\",",
         "empty.json": "",
@@ -362,6 +364,12 @@ CASES = [
     ("resume: a loop of links", ["train", "--resume", "{w}/loop"], ["cannot be followed to a folder"]),
     ("export: a loop of links", ["export", "{w}/loop", "-o", "{w}/merged"], ["cannot be followed to a folder"]),
     ("config over an existing file", ["config", "BASE", "-o", "{w}/a_file"], ["a_file already exists", "--force"]),
+    # a FIFO and a link stand in for /dev/null and /dev/stdout, which a failure here would replace
+    ("config onto a FIFO", ["config", "BASE", "-o", "{w}/fifo", "--force"], ["fifo is not a regular file"]),
+    ("config onto a link", ["config", "BASE", "-o", "{w}/link_to_file", "--force"], ["link_to_file is not a regular"]),
+    ("config onto a folder", ["config", "BASE", "-o", "{w}", "--force"], ["is not a regular file"]),
+    ("config below a file", ["config", "BASE", "-o", "{w}/a_file/x.yaml"], ["cannot be written (Not a directory)"]),
+    ("config under /proc", ["config", "BASE", "-o", "/proc/mpskit.yaml"], ["cannot write /proc/mpskit.yaml"]),
     ("resume from a missing checkpoint", ["train", "BASE", "resume_from_checkpoint={w}/nope"], ["not a folder"]),
     (
         "resume from a cut checkpoint",
