@@ -330,6 +330,42 @@ def real_run_path(path: Path) -> Path:
         raise MpskitError(f"{path} cannot be followed to a folder ({err})", "give the run folder itself") from None
 
 
+def claim_run_dir(run_name: str, output_dir: str | None, root: str | Path = "output") -> Path:
+    """The folder of a new run (new_run_dir's), made and claimed by this process alone: its mpskit.json
+    is created exclusively, so two runs started in the same second, or on one empty output_dir, never
+    share a folder (the second takes the next name, or is refused). Never inside a model folder or
+    another run's folder. RunDir.create then writes the files; `release` undoes a claim it never used."""
+    while True:
+        path = new_run_dir(run_name, output_dir, root)
+        container = next((folder for folder in path.absolute().parents if _model_or_run(folder)), None)
+        if container:
+            raise MpskitError(f"the run folder {path} would be inside {_model_or_run(container)} {container}",
+                              "choose another run_name or output_dir")  # fmt: skip
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(path / RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+            return path
+        except FileExistsError:
+            if output_dir:
+                raise MpskitError(f"output_dir {path} was taken by another run", "choose a new output_dir") from None
+
+
+def release(path: Path) -> None:
+    """Undo a claim that wrote nothing more: the empty record goes, and the folder when empty."""
+    with contextlib.suppress(OSError):
+        if (path / RECORD).stat().st_size == 0:
+            (path / RECORD).unlink()
+            path.rmdir()
+
+
+def _model_or_run(folder: Path) -> str | None:
+    if is_run_dir(folder):
+        return "the run"
+    if (folder / "config.json").is_file() and any((folder / name).is_file() for name in WEIGHT_FILES):
+        return "the model folder"
+    return None
+
+
 class RunDir:
     """One run folder, opened once and passed around: its record lives here in memory and is saved
     (atomically) after each change. Every file of the folder is read and written through it."""

@@ -146,7 +146,7 @@ def base(model: Path) -> list[str]:
     return ["preset=sft", f"model_name_or_path={model}", f"dataset_dir={DATA}", "template=qwen"]
 
 
-# (case id, words after `mpskit`, needles in the one error line); {w} is the work dir, {m} the model
+# (case id, words after `mpskit`, needles in the one error line); {w} is the work dir
 CASES = [
     ("run file missing", ["train", "{w}/nope.yaml"], ["does not exist"]),
     ("run file malformed", ["train", "{w}/broken.yaml"], ["not valid YAML", "line"]),
@@ -363,6 +363,7 @@ CASES = [
     ("resume: a file", ["train", "--resume", "{w}/a_file"], ["not an mpskit run directory"]),
     ("resume: a loop of links", ["train", "--resume", "{w}/loop"], ["cannot be followed to a folder"]),
     ("export: a loop of links", ["export", "{w}/loop", "-o", "{w}/merged"], ["cannot be followed to a folder"]),
+    ("run inside the model folder", ["train", "BASE", "output_dir={w}/gptq_model/run"], ["inside the model folder"]),
     ("config over an existing file", ["config", "BASE", "-o", "{w}/a_file"], ["a_file already exists", "--force"]),
     # a FIFO and a link stand in for /dev/null and /dev/stdout, which a failure here would replace
     ("config onto a FIFO", ["config", "BASE", "-o", "{w}/fifo", "--force"], ["fifo is not a regular file"]),

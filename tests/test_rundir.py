@@ -2,12 +2,25 @@
 
 import errno
 import json
+import multiprocessing
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from mpskit.rundir import Attempt, RunDir, RunRecord, last_checkpoint, point_latest, read_record, write_record
+from mpskit.errors import MpskitError
+from mpskit.rundir import (
+    Attempt,
+    RunDir,
+    RunRecord,
+    claim_run_dir,
+    last_checkpoint,
+    point_latest,
+    read_record,
+    release,
+    write_record,
+)
 
 
 def make_checkpoint(run_dir, step: int, state: str | None = '{"global_step": 1}', weights: bool = True,
@@ -95,7 +108,7 @@ def test_a_record_write_on_a_full_disk_leaves_the_record_it_had(tmp_path, monkey
     assert [p.name for p in tmp_path.iterdir()] == ["mpskit.json"]  # no temporary file left behind
 
 
-def test_config_force_over_a_link_replaces_the_link_not_the_file_it_points_at(tmp_path, tiny_model):
+def test_config_force_over_a_link_is_refused_and_changes_neither(tmp_path, tiny_model):
     from conftest import ROOT, run_mpskit
 
     own = tmp_path / "run.yaml"
@@ -104,9 +117,8 @@ def test_config_force_over_a_link_replaces_the_link_not_the_file_it_points_at(tm
     link.symlink_to(own)
     words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen"]
     result = run_mpskit("config", *words, "-o", str(link), "--force", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert own.read_text() == "stage: sft\n"
-    assert not link.is_symlink() and "model_name_or_path" in link.read_text()
+    assert result.returncode == 2 and "link.yaml is not a regular file" in result.stderr, result.stderr[-2000:]
+    assert own.read_text() == "stage: sft\n" and link.is_symlink()
 
 
 def test_latest_only_under_output_never_beside_a_users_own_output_dir(tmp_path, monkeypatch):
@@ -189,3 +201,53 @@ def test_resume_from_a_checkpoint_of_another_lora_rank_is_refused_before_anythin
     check_resume_from(str(checkpoint), {"lora_rank": 16})
     with pytest.raises(MpskitError, match="rank 16; this run's lora_rank is 8"):
         check_resume_from(str(checkpoint), {})
+
+
+def _claim_at(barrier: str, root: str, output_dir: str | None, results) -> None:
+    """In a child: wait for the barrier file, then claim a run folder; its path or the error."""
+    while not os.path.exists(barrier):
+        time.sleep(0.0005)
+    try:
+        results.put(str(claim_run_dir("race", output_dir, root)))
+    except MpskitError as err:
+        results.put(f"refused: {err}")
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_two_runs_released_together_never_share_a_folder(tmp_path, explicit):
+    context = multiprocessing.get_context("fork")
+    for attempt in range(20):
+        root, barrier = tmp_path / f"output-{attempt}", tmp_path / f"go-{attempt}"
+        output_dir = str(tmp_path / f"mine-{attempt}") if explicit else None
+        results = context.Queue()
+        children = [context.Process(target=_claim_at, args=(str(barrier), str(root), output_dir, results))
+                    for _ in range(2)]  # fmt: skip
+        for child in children:
+            child.start()
+        barrier.touch()
+        for child in children:
+            child.join(30)
+        got = sorted(results.get(timeout=5) for _ in children)
+        claimed = [path for path in got if not path.startswith("refused")]
+        assert len(set(claimed)) == len(claimed), got  # never one folder for both
+        assert len(claimed) == (1 if explicit else 2), got
+        if explicit:
+            assert "was taken by another run" in got[1] or "already holds files" in got[1], got
+
+
+def test_a_run_folder_is_never_made_inside_a_model_or_another_run(tmp_path):
+    model = tmp_path / "output" / "tiny-model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    with pytest.raises(MpskitError, match="would be inside the model folder"):
+        claim_run_dir("tiny-model", None, tmp_path / "output")
+    run = claim_run_dir("sft", None, tmp_path / "output")
+    (run / "llamafactory.yaml").write_text("stage: sft\n")
+    (run / "mpskit.json").write_text("{}")
+    with pytest.raises(MpskitError, match="would be inside the run"):
+        claim_run_dir("x", str(run / "inner"), tmp_path / "output")
+    assert sorted(p.name for p in model.iterdir()) == ["config.json", "model.safetensors"]
+    unused = claim_run_dir("sft", None, tmp_path / "output")
+    release(unused)
+    assert not unused.exists()

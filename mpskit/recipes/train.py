@@ -39,11 +39,12 @@ from mpskit.rundir import (
     RunDir,
     RunRecord,
     checkpoints,
+    claim_run_dir,
     latest_run_dir,
-    new_run_dir,
     read_log,
     read_yaml,
     real_run_path,
+    release,
 )
 
 VERSIONED = ("torch", "transformers", "peft", "trl", "llamafactory")
@@ -58,7 +59,17 @@ def export_environment(run: ResolvedRun) -> dict[str, str]:
 def write_run_dir(
     run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan=None, ladder: Ladder | None = None
 ) -> RunDir:
-    path = new_run_dir(run.run_name, run.args.get("output_dir"))
+    path = claim_run_dir(run.run_name, run.args.get("output_dir"))
+    try:
+        return _write_claimed(path, run, env, command, memory_plan, ladder)
+    except BaseException:
+        release(path)
+        raise
+
+
+def _write_claimed(
+    path: Path, run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan, ladder: Ladder | None
+) -> RunDir:
     args = {key: value for key, value in run.args.items() if key not in lf.LEAN_KEYS}
     args["output_dir"] = written_output_dir(path)
     files = {}
