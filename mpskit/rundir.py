@@ -463,12 +463,33 @@ class RunDir:
             raise MpskitError(
                 f"{self.path} is in use by {holder}", "wait until it ends (or stop it), then run this again"
             ) from None
-        with contextlib.suppress(OSError):  # a read-only folder is still locked, only without the note
-            note.write_text(f"process {os.getpid()} ({doing})", encoding="utf-8")
+        noted = False
+        with contextlib.suppress(OSError):  # a read-only folder, or a link there: locked, only without the note
+            note_fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(note_fd, "w", encoding="utf-8") as file:
+                file.write(f"process {os.getpid()} ({doing})")
+            noted = True
         try:
             self.record = read_record(self.path)  # as the last holder left it
             yield
         finally:
-            with contextlib.suppress(OSError):
-                note.unlink(missing_ok=True)
+            if noted:
+                with contextlib.suppress(OSError):
+                    note.unlink(missing_ok=True)
             os.close(fd)
+
+    def new_folder(self, parent: str, name: str) -> Path:
+        """A new folder PARENT/NAME inside the run (eval/<dataset>-<time>), made without following a
+        link: a link at PARENT would send what is written there outside the run."""
+        where = self.path / parent
+        if where.is_symlink():
+            raise MpskitError(f"{where} is a link", f"move it away: mpskit writes {parent}/ inside the run only")
+        where.mkdir(exist_ok=True)
+        path, tries = where / name, 1
+        while True:
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                tries += 1
+                path = where / f"{name}-{tries}"

@@ -152,6 +152,29 @@ def test_resume_of_a_finished_run_changes_nothing(tmp_path):
     assert sorted((p.name, p.stat().st_mtime_ns) for p in run_dir.rglob("*")) == before
 
 
+def test_links_planted_in_a_run_folder_are_not_written_through(tmp_path):
+    from conftest import run_mpskit
+
+    run_dir = tmp_path / "output" / "f" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    write_record(run_dir, RunRecord(run_name="f", stage="sft", device="cpu", attempts=[Attempt(1, outcome="finished")]))
+    (run_dir / "llamafactory.yaml").write_text("stage: sft\n")
+    victim, elsewhere = tmp_path / "victim.txt", tmp_path / "elsewhere"
+    victim.write_text("mine\n")
+    elsewhere.mkdir()
+    (run_dir / ".mpskit.lock").symlink_to(victim)
+    (run_dir / "eval").symlink_to(elsewhere)
+    result = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)  # a no-op that takes the lock
+    assert result.returncode == 0, result.stderr
+    assert victim.read_text() == "mine\n" and (run_dir / ".mpskit.lock").is_symlink()
+    run = RunDir.open(run_dir)
+    with pytest.raises(MpskitError, match="eval is a link"):
+        run.new_folder("eval", "pairs-20260101-000000")
+    assert list(elsewhere.iterdir()) == []
+    (run_dir / "eval").unlink()
+    assert run.new_folder("eval", "x") == run_dir / "eval" / "x" and run.new_folder("eval", "x").name == "x-2"
+
+
 def test_only_the_run_folder_module_reads_or_writes_the_files_of_a_run():
     """mpskit.json, llamafactory.yaml, all_results.json and trainer_log.jsonl are named (outside
     docstrings) and their names imported nowhere but mpskit/rundir.py: every other module asks a RunDir."""

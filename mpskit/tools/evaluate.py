@@ -42,7 +42,6 @@ def evaluate_run(
             raise MpskitError(f"{run.path} ({stage}) names no held-out preference data", "give --dataset NAME")
         check_model(str(args["model_name_or_path"]))  # the base model: the reference, and under the adapter
         folder = re.sub(r"[^\w.+-]+", "_", dataset.replace(",", "+")).lstrip(".")  # stays inside eval/
-        out = run.path / "eval" / f"{folder}-{time.strftime('%Y%m%d-%H%M%S')}"
         eval_args = {
             **{key: trained[key] for key in KEPT if key in trained},
             **{key: value for key, value in args.items() if key not in ("infer_backend", "infer_dtype")},
@@ -52,12 +51,12 @@ def evaluate_run(
             "do_train": False,
             "do_eval": True,
             "eval_dataset": dataset,
-            "output_dir": str(out),
             "report_to": "none",
             **({"dataset_dir": dataset_dir} if dataset_dir else {}),
         }
         check_datasets({"stage": "dpo", "eval_dataset": dataset, "dataset_dir": eval_args.get("dataset_dir", "data")})
-        out.mkdir(parents=True)
+        out = run.new_folder("eval", f"{folder}-{time.strftime('%Y%m%d-%H%M%S')}")
+        eval_args["output_dir"] = str(out)
         with library_output(out):  # LLaMA-Factory prints its metrics; stdout is the table's
             lf.run({key: value for key, value in eval_args.items() if key not in FOODPO_KEYS})
         results = run.results(out)
