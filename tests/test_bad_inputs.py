@@ -110,6 +110,8 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     (work / "loop").symlink_to("loop")  # a link to itself
     (work / "link_to_file").symlink_to("a_file")
     os.mkfifo(work / "fifo")
+    write("fifo_data/dataset_info.json", json.dumps({"piped": {"file_name": "pipe.json"}}))
+    os.mkfifo(work / "fifo_data" / "pipe.json")
     rows = {
         "broken.json": "[{\"instruction\": \"a\",",
         "empty.json": "",
@@ -364,6 +366,8 @@ CASES = [
     ("resume: a loop of links", ["train", "--resume", "{w}/loop"], ["cannot be followed to a folder"]),
     ("export: a loop of links", ["export", "{w}/loop", "-o", "{w}/merged"], ["cannot be followed to a folder"]),
     ("run inside the model folder", ["train", "BASE", "output_dir={w}/gptq_model/run"], ["inside the model folder"]),
+    ("train: a FIFO in dataset_info", ["train", "BASE", "dataset_dir={w}/fifo_data", "dataset=piped"],
+     ["points at", "not a regular file"]),
     ("config over an existing file", ["config", "BASE", "-o", "{w}/a_file"], ["a_file already exists", "--force"]),
     # a FIFO and a link stand in for /dev/null and /dev/stdout, which a failure here would replace
     ("config onto a FIFO", ["config", "BASE", "-o", "{w}/fifo", "--force"], ["fifo is not a regular file"]),

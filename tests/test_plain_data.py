@@ -128,3 +128,14 @@ def test_plain_data_is_registered_in_private_folders_that_plan_leaves_none_of(tm
     # the YAMLs' registrations stay, each in a new folder of a name no one can claim first, for this user only
     assert sorted(temporary.iterdir()) == sorted(kept) and kept[0] != kept[1]
     assert all((folder / "dataset_info.json").is_file() and folder.stat().st_mode & 0o777 == 0o700 for folder in kept)
+
+
+def test_a_fifo_named_as_data_is_refused_without_reading_it(tmp_path):
+    import os
+
+    from mpskit.errors import MpskitError
+    from mpskit.inputs.plain_data import register_plain_data
+
+    os.mkfifo(tmp_path / "rows.jsonl")  # reading it would wait for a writer that never comes
+    with pytest.raises(MpskitError, match="not a regular file"):
+        register_plain_data({"dataset": str(tmp_path / "rows.jsonl")})

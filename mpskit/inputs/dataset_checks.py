@@ -15,6 +15,8 @@ from pathlib import Path
 from mpskit.errors import MpskitError, warn
 from mpskit.stages import stage_of
 
+NOT_A_FILE = "which is not a regular file (a FIFO, a device, a socket)"
+
 
 def dataset_names(args: dict) -> list[str]:
     return [
@@ -57,6 +59,8 @@ def check_datasets(args: dict, rows: bool = True) -> None:
             path = dataset_dir / str(file_name)
             if not path.exists():
                 raise MpskitError(f"dataset '{name}' points at {path}, which does not exist", "fix file_name")
+            if not (path.is_file() or path.is_dir()):
+                raise MpskitError(f"dataset '{name}' points at {path}, {NOT_A_FILE}", "point file_name at a data file")
             if rows and path.is_file() and path.suffix in (".json", ".jsonl"):
                 _check_rows(path, read_rows(path), required_columns(entry, stage))
     if rows:
@@ -214,6 +218,8 @@ def required_columns(entry: dict, stage: str) -> list[str]:
 
 
 def read_rows(path: Path) -> list:
+    if not path.is_file():  # reading a FIFO would wait for a writer
+        raise MpskitError(f"{path}, {NOT_A_FILE}", "give a .json or .jsonl file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.dataset_checks import read_rows
+from mpskit.inputs.dataset_checks import NOT_A_FILE, read_rows
 from mpskit.rundir import write_atomic
 from mpskit.temporary import private_folder
 
@@ -93,6 +93,8 @@ def _files(name: str, key: str, with_valid: bool) -> list[tuple[str, Path]]:
         if path.suffix not in SUFFIXES:
             raise MpskitError(f"{key}={name} is not a .json or .jsonl file", "give a JSON or JSON Lines file")
         return [(key, path.absolute())]
+    if path.exists() and not path.is_dir():
+        raise MpskitError(f"{key}={name}, {NOT_A_FILE}", "give a .jsonl/.json file, a folder or a dataset name")
     if not path.is_dir():
         raise MpskitError(
             f"{key}={name}: no such file or folder", "give a .jsonl/.json file, a folder or a dataset name"
