@@ -117,6 +117,7 @@ class RunRecord:
     started: str = ""
     versions: dict = field(default_factory=dict)
     attempts: list[Attempt] = field(default_factory=list)
+    other_keys: dict = field(default_factory=dict)  # keys this mpskit does not know (a newer one's): kept
 
     def __post_init__(self) -> None:
         """Read from JSON, the sections are dicts: typed here (keys this mpskit does not know are left out)."""
@@ -168,14 +169,17 @@ def check_file_target(path: Path, force: bool) -> None:
 
 
 def write_record(run_dir: Path, record: RunRecord) -> None:
-    write_atomic(run_dir / RECORD, json.dumps(dataclasses.asdict(record), indent=2, default=str) + "\n")
+    data = dataclasses.asdict(record)
+    data.update(data.pop("other_keys"))  # never a key of the record's own
+    write_atomic(run_dir / RECORD, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def read_record(run_dir: Path) -> RunRecord:
     try:
         data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
-        known = {f.name for f in dataclasses.fields(RunRecord)}
-        return RunRecord(**{key: value for key, value in data.items() if key in known})
+        known = {f.name for f in dataclasses.fields(RunRecord)} - {"other_keys"}
+        other = {key: value for key, value in data.items() if key not in known}
+        return RunRecord(**{key: value for key, value in data.items() if key in known}, other_keys=other)
     except (OSError, ValueError, TypeError, AttributeError) as err:
         raise MpskitError(
             f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})",

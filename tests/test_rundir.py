@@ -87,9 +87,12 @@ def test_record_round_trips_and_updates(tmp_path):
     assert again.attempts == [Attempt(1, outcome="finished")] and again.mpskit_args == {"lean_logits": True}
     data = json.loads((tmp_path / "mpskit.json").read_text())
     assert list(data)[:3] == ["run_name", "stage", "device"]
-    data["written_by_a_newer_mpskit"] = 1
+    data["written_by_a_newer_mpskit"] = {"kept": True}
     (tmp_path / "mpskit.json").write_text(json.dumps(data))
     assert read_record(tmp_path).stage == "dpo"
+    RunDir(tmp_path, read_record(tmp_path)).add_attempt(Attempt(2, outcome="finished"))  # rewritten
+    data = json.loads((tmp_path / "mpskit.json").read_text())
+    assert data["written_by_a_newer_mpskit"] == {"kept": True} and len(data["attempts"]) == 2
 
 
 def test_a_record_write_on_a_full_disk_leaves_the_record_it_had(tmp_path, monkeypatch):
