@@ -9,7 +9,7 @@ from conftest import ROOT
 
 # Floors, bottom first: a module may import any mpskit module on its own floor or below.
 FLOORS = [
-    {"mpskit", "mpskit.errors", "mpskit.stages", "mpskit.rundir"},
+    {"mpskit", "mpskit.errors", "mpskit.stages", "mpskit.rundir", "mpskit.temporary"},
     {"mpskit.inputs"},
     {"mpskit.plan"},
     {"mpskit.engine"},
