@@ -182,6 +182,11 @@ def main() -> int:
     held_out = [abs(row["error"]) for row in results if row["held_out"]]
     if held_out:
         print(f"of which {len(held_out)} held out of a calibration: maximum |error| {max(held_out):.1%}")
+    loading = [(row["loading_estimate_gb"] - row["loading_peak_gb"]) / row["loading_peak_gb"]
+               for row in results if row["loading_estimate_gb"]]  # fmt: skip
+    if loading:
+        print(f"loading peak of the {len(loading)} quantized cases: error from {min(loading):+.1%} to "
+              f"{max(loading):+.1%}, median |error| {statistics.median(map(abs, loading)):.1%}")  # fmt: skip
     print("targets: median <= 5%, maximum <= 12%")
     if ns.out:
         Path(ns.out).write_text(json.dumps(results, indent=2))

@@ -91,7 +91,8 @@ def run_case(model: Path, data: Path, out: Path, extra: list[str], env: dict[str
         "memory_budget_gb=1000", f"output_dir={out}", *extra,
     ]  # fmt: skip
     train_in_fresh_process(words, f"bench run {extra or '16-bit'}", f"see {out}", {**OFFLINE, **env})
-    measured = RunDir.open(out).record.memory.measured
+    memory = RunDir.open(out).record.memory
+    measured = memory.measured
     steps = measured["step_seconds"][1:] or measured["step_seconds"]
     merged = out.parent / f"{out.name}-merged"
     exported = subprocess.run([sys.executable, "-c", EXPORT, str(out), str(merged)], capture_output=True, text=True,
@@ -102,6 +103,7 @@ def run_case(model: Path, data: Path, out: Path, extra: list[str], env: dict[str
     return {
         "training_gb": measured["training_gb"],
         "loading_peak_gb": measured["loading_peak_gb"],
+        "loading_estimate_gb": memory.predicted.get("loading_gb"),
         "step_s": statistics.median(steps),
         "export_peak_x": json.loads(exported.stdout.strip().splitlines()[-1])["export_peak_gb"] / merged_gb,
     }
@@ -143,8 +145,10 @@ def main() -> int:
               f"4-bit/16-bit {spread(ratios)}")  # fmt: skip
     share = statistics.median(saved) / savable_gb
     loading = [r["4-bit"]["loading_peak_gb"] / base_gb for r in rounds]
+    loading_error = [r["4-bit"]["loading_estimate_gb"] / r["4-bit"]["loading_peak_gb"] - 1 for r in rounds]
     print(f"saved by 4 bits: {spread(saved)} GB = {share:.0%} of what 4-bit weights can save (target >= "
-          f"{SHARE_TARGET:.0%}); 4-bit loading peak / base size {spread(loading)} (target < 1)")  # fmt: skip
+          f"{SHARE_TARGET:.0%}); 4-bit loading peak / base size {spread(loading)} (target < 1), "
+          f"predicted {rounds[0]['4-bit']['loading_estimate_gb']:.3f} GB: error {spread(loading_error)}")  # fmt: skip
     export = statistics.median(r["4-bit"]["export_peak_x"] for r in rounds)
     print(f"shard-by-shard export peak {export:.2f}x the merged model (target <= {EXPORT_TARGET}x)")
     if ns.out:

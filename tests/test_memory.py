@@ -9,6 +9,7 @@ from mpskit.plan.memory import (
     ATTENTION_GRADIENT_COPIES,
     GB,
     LEAN_ATTENTION_BLOCK_COPIES,
+    LOADING_COPIES,
     LOGIT_COPIES,
     RUN_OVERHEAD_BYTES,
     WEIGHT_FACTOR,
@@ -186,6 +187,19 @@ def test_qlora_4bit_quantizes_only_the_decoder_linear_layers():
     expected = linear * 0.516 + (494_032_768 - linear) * 2  # embeddings (151936 x 896) stay bf16
     assert qlora == pytest.approx(WEIGHT_FACTOR * expected, rel=1e-6)
     assert qlora < 0.5 * plain
+
+
+def test_a_quantized_base_peaks_while_loading_where_the_step_holds_less():
+    qwen25_7b = ModelDims(hidden=3584, layers=28, heads=28, kv_heads=4, ffn=18944, vocab=152064,
+                          tied_embeddings=False)  # fmt: skip
+    knobs = Knobs(batch=1, cutoff_len=16, lora_rank=8, dtype="bf16", quantization_bit=4)
+    short = estimate(qwen25_7b, knobs, "sft", "mps")
+    transients = LOADING_COPIES[4] * 3584 * 18944 * 4  # float32 copies of gate, up or down (hidden x ffn)
+    assert short.loading == short.parts["weights"] + short.parts["lora weights"] + transients
+    assert short.loading > short.step and short.training == short.loading  # 16 tokens hold next to nothing
+    long = estimate(qwen25_7b, replace(knobs, cutoff_len=4096), "sft", "mps")
+    assert long.loading == short.loading and long.training == long.step > long.loading
+    assert estimate(qwen25_7b, replace(knobs, quantization_bit=None), "sft", "mps").loading == 0
 
 
 def test_8bit_optimizer_and_zero_sharding_per_process():

@@ -128,6 +128,18 @@ def test_a_model_16_bits_cannot_fit_is_planned_in_4_bits_and_says_so(stage, mode
     assert "4-bit QLoRA (bitsandbytes): nothing fits with 16-bit weights" in result.changes
 
 
+def test_a_plan_whose_peak_is_the_quantized_loading_says_so():
+    from mpskit.plan.plan_report import plan_lines
+
+    words = {"stage": "sft", "model_preset": "qwen2.5-7b", "cutoff_len": 16, "min_cutoff_len": 16,
+             "quantization_bit": 4, "per_device_train_batch_size": 1}  # fmt: skip
+    run = resolve(words, hardware="m1-pro-16gb")
+    result = plan_run(run)
+    shown = result.chosen.estimate
+    assert result.fits and shown.training == shown.loading > shown.step
+    assert any(line.startswith("  (loading, quantizing)") for line in plan_lines(run, result))
+
+
 def test_4_bits_only_where_16_do_not_fit_and_bitsandbytes_builds():
     small = plan_run(resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b"}, hardware="m1-pro-16gb"))
     assert small.fits and small.chosen.knobs.quantization_bit is None

@@ -145,6 +145,8 @@ def measure(
         "parts_gb": memory.predicted["parts_gb"],
         "baseline_gb": measured["baseline_gb"],
         "loaded_gb": measured["loaded_gb"],
+        "loading_peak_gb": measured["loading_peak_gb"],
+        "loading_estimate_gb": memory.predicted.get("loading_gb"),
         "tokens_per_second": tokens_per_step / step_s[len(step_s) // 2] if step_s else None,
         "seconds": round(time.perf_counter() - started, 1),
     }

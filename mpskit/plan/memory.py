@@ -81,6 +81,13 @@ QUANTIZED_BYTES = {4: 0.516, 8: 1.001}
 # A quantized layer's matmul dequantizes its weight to the compute dtype first, in the forward and
 # again in the backward (the gradient of its input): one such copy of the largest weight is alive.
 DEQUANTIZED_COPIES = 1
+# Loading a quantized base (engine/quantized.py reads each tensor with a file read and trims the heap
+# between tensors): the weights quantized so far, the LoRA weights, and the transients of quantizing one
+# weight, counted as float32 copies of the largest linear weight, by bits (int8 makes fewer). Calibrated
+# on the CPU to the highest of bench/memory_accuracy.py --quantized's 14 cases and bench/qlora.py's bf16
+# shards, so the others come out over (up to 10%). Unquantized, loading holds no more than the weights
+# a training step holds.
+LOADING_COPIES = {4: 6, 8: 3}
 
 
 @dataclass(frozen=True)
@@ -163,10 +170,16 @@ def lean_logits_apply(knobs: Knobs, stage: str) -> bool:
 class Estimate:
     parts: dict[str, int] = field(default_factory=dict)  # name -> bytes, in the order they build up
     framework: int = 0
+    loading: int = 0  # the peak while a quantized base loads (0: below the step's)
+
+    @property
+    def step(self) -> int:
+        return sum(self.parts.values())
 
     @property
     def training(self) -> int:
-        return sum(self.parts.values())
+        """The run's peak: one training step's, or loading's where that is higher."""
+        return max(self.step, self.loading)
 
     @property
     def total(self) -> int:
@@ -175,6 +188,7 @@ class Estimate:
     def as_dict(self) -> dict:
         return {
             "parts_gb": {name: round(value / GB, 3) for name, value in self.parts.items()},
+            "loading_gb": round(self.loading / GB, 3),
             "training_gb": round(self.training / GB, 3),
             "framework_gb": round(self.framework / GB, 3),
         }
@@ -322,4 +336,12 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     if kept:
         parts["heap kept (CPU)"] = kept
     parts["overhead"] = int(RUN_OVERHEAD_BYTES)
-    return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES))
+    return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES), loading=loading_peak(dims, knobs, parts))
+
+
+def loading_peak(dims: ModelDims, knobs: Knobs, parts: dict[str, int]) -> int:
+    """The peak while a quantized base loads (LOADING_COPIES): 0 for a 16-bit one."""
+    if knobs.quantization_bit is None:
+        return 0
+    largest = max(dims.hidden, dims.kv_dim) * max(dims.hidden, dims.ffn)
+    return parts["weights"] + parts.get("lora weights", 0) + LOADING_COPIES[knobs.quantization_bit] * largest * 4

@@ -38,6 +38,9 @@ def plan_lines(
     per = f", per process of {shown.knobs.world_size}" if shown.knobs.world_size > 1 else ""
     lines.append(f"estimate   (the peak of one training step{per})")
     lines += [f"  {name:22} {_gb(value)}" for name, value in shown.estimate.parts.items()]
+    if shown.estimate.loading > shown.estimate.step:
+        step = _gb(shown.estimate.step).strip()
+        lines.append(f"  {'(loading, quantizing)':22} {_gb(shown.estimate.loading)}  (above the step's {step})")
     lines.append(f"  {'= training':22} {_gb(shown.estimate.training)}")
     where = "host RAM, outside the GPU budget" if plan.device == "cuda" else "taken out of the RAM budget already"
     lines.append(f"  {'+ framework (imports)':22} {_gb(shown.estimate.framework)}  ({where})")
