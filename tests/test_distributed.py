@@ -16,7 +16,7 @@ from mpskit.plan.planner import plan
 # one at a time: each torchrun takes a free port on loopback
 pytestmark = pytest.mark.xdist_group("torchrun")
 
-QWEN25_3B = ModelDims(hidden=2048, layers=36, heads=16, kv_heads=2, ffn=11008, vocab=151936)
+QWEN25_3B = ModelDims(hidden=2048, layers=36, heads=16, kv_heads=2, ffn=11008, vocab=151936, model_type="qwen2")
 ARGS = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "cutoff_len": 512, "lora_rank": 8,
         "bf16": True}  # fmt: skip
 

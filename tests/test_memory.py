@@ -23,8 +23,8 @@ from mpskit.plan.memory import (
     lean_attention_runs,
 )
 
-QWEN25_05B = ModelDims(hidden=896, layers=24, heads=14, kv_heads=2, ffn=4864, vocab=151936)
-TOY = ModelDims(hidden=64, layers=2, heads=4, kv_heads=2, ffn=256, vocab=1000)
+QWEN25_05B = ModelDims(hidden=896, layers=24, heads=14, kv_heads=2, ffn=4864, vocab=151936, model_type="qwen2")
+TOY = ModelDims(hidden=64, layers=2, heads=4, kv_heads=2, ffn=256, vocab=1000, model_type="qwen2")
 
 
 def test_qwen25_05b_parameter_count_is_the_published_one():
@@ -72,8 +72,10 @@ def test_weights_are_counted_at_the_checkpoints_dtype_where_it_is_wider_than_the
 
 def test_dims_from_a_hugging_face_config_and_from_a_preset_agree():
     hf = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
-          "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True}  # fmt: skip
-    preset = {"hidden": 896, "layers": 24, "heads": 14, "kv_heads": 2, "ffn": 4864, "vocab": 151936}
+          "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True,
+          "model_type": "qwen2"}  # fmt: skip
+    preset = {"hidden": 896, "layers": 24, "heads": 14, "kv_heads": 2, "ffn": 4864, "vocab": 151936,
+              "model_type": "qwen2"}  # fmt: skip
     assert dims_from_mapping(hf) == dims_from_mapping(preset) == QWEN25_05B
     with pytest.raises(ValueError, match="ffn"):
         dims_from_mapping({"hidden": 8, "layers": 1, "heads": 1, "vocab": 10})
@@ -142,9 +144,9 @@ def test_eager_attention_costs_the_quadratic_term_and_mps_sdpa_counts_as_eager()
 def test_lean_attention_costs_one_block_not_the_quadratic_term():
     """auto turns it on where attention would be materialised (MPS, eager) and leaves fused SDPA alone."""
     knobs = Knobs(batch=4, cutoff_len=4096, checkpointing=True, dtype="bf16", lean_logits=True)
-    assert not lean_attention_runs(knobs, "cpu") and not lean_attention_runs(knobs, "cuda")
-    assert lean_attention_runs(knobs, "mps") and lean_attention_runs(replace(knobs, attention="eager"), "cpu")
-    assert not lean_attention_runs(replace(knobs, lean_attention=False), "mps")
+    assert not lean_attention_runs(knobs, "cpu", TOY) and not lean_attention_runs(knobs, "cuda", TOY)
+    assert lean_attention_runs(knobs, "mps", TOY) and lean_attention_runs(replace(knobs, attention="eager"), "cpu", TOY)
+    assert not lean_attention_runs(replace(knobs, lean_attention=False), "mps", TOY)
     math = estimate(QWEN25_05B, replace(knobs, lean_attention=False), "sft", "mps")
     lean = estimate(QWEN25_05B, knobs, "sft", "mps")
     fused = estimate(QWEN25_05B, knobs, "sft", "cuda")
@@ -191,7 +193,7 @@ def test_qlora_4bit_quantizes_only_the_decoder_linear_layers():
 
 def test_a_quantized_base_peaks_while_loading_where_the_step_holds_less():
     qwen25_7b = ModelDims(hidden=3584, layers=28, heads=28, kv_heads=4, ffn=18944, vocab=152064,
-                          tied_embeddings=False)  # fmt: skip
+                          tied_embeddings=False, model_type="qwen2")  # fmt: skip
     knobs = Knobs(batch=1, cutoff_len=16, lora_rank=8, dtype="bf16", quantization_bit=4)
     short = estimate(qwen25_7b, knobs, "sft", "mps")
     transients = LOADING_COPIES[4] * 3584 * 18944 * 4  # float32 copies of gate, up or down (hidden x ffn)
@@ -213,3 +215,15 @@ def test_8bit_optimizer_and_zero_sharding_per_process():
     assert zero2["weights"] == alone["weights"] and zero2["gradients"] == pytest.approx(alone["gradients"] / 8, abs=1)
     assert zero3["weights"] == pytest.approx(alone["weights"] / 8, abs=1)
     assert zero3["activations"] == alone["activations"]  # each process keeps its own batch's activations
+
+
+def test_lean_paths_are_counted_only_on_the_models_the_engine_runs_them_for():
+    from mpskit.engine import lean_attention, lean_logits
+
+    assert lean_logits.LEAN_MODEL_TYPES is lean_attention.LEAN_MODEL_TYPES  # the memory model's own table
+    phi3 = replace(QWEN25_05B, model_type="phi3")
+    lean = Knobs(batch=1, cutoff_len=4096, dtype="bf16", lean_logits=True, lean_attention=True)
+    whole = replace(lean, lean_logits=False, lean_attention=False)
+    assert estimate(phi3, lean, "dpo", "mps").parts == estimate(phi3, whole, "dpo", "mps").parts
+    assert estimate(QWEN25_05B, lean, "dpo", "mps").training < estimate(phi3, lean, "dpo", "mps").training / 5
+    assert not lean_attention_runs(replace(lean, lean_attention=None), "mps", phi3)

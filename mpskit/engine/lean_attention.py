@@ -24,12 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from mpskit.plan.memory import attention_block_bytes
+# LEAN_MODEL_TYPES (the memory model's table): their attention layers call the attention interface with
+# q, k, v, a causal mask and `scaling` only (Qwen2/Qwen3 and Mistral add a sliding window, checked per call).
+from mpskit.plan.memory import LEAN_MODEL_TYPES, attention_block_bytes
 
 NAME = "mpskit_lean"
-# Model types whose attention layers call the attention interface with q, k, v, a causal mask and
-# `scaling` only (Qwen2/Qwen3 and Mistral add a sliding window, checked per call).
-SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 
 
 def block_rows(batch: int, heads: int, keys: int, device: str) -> int:
@@ -200,8 +199,8 @@ class LeanAttention:
         if isinstance(inner, PeftModel):
             inner = inner.get_base_model()
         model_type = getattr(getattr(inner, "config", None), "model_type", None)
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            self.fall_back(f"model type {model_type} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}")
+        if model_type not in LEAN_MODEL_TYPES:
+            self.fall_back(f"model type {model_type} is not one of {', '.join(LEAN_MODEL_TYPES)}")
             return
         AttentionInterface.register(NAME, self.forward)
         AttentionMaskInterface.register(NAME, attention_mask)

@@ -21,8 +21,9 @@ import torch
 # memory model counts the same constant.
 from mpskit.plan.memory import LEAN_CHUNK_BYTES as CHUNK_BYTES
 
-# Model types whose causal-LM head is exactly `lm_head(hidden_states)`: no logit scaling or soft-capping.
-SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+# LEAN_MODEL_TYPES (the memory model's table): their causal-LM head is exactly `lm_head(hidden_states)`,
+# with no logit scaling or soft-capping.
+from mpskit.plan.memory import LEAN_MODEL_TYPES
 
 
 def chunk_rows(vocab: int) -> int:
@@ -95,8 +96,8 @@ def output_weight(model: torch.nn.Module) -> tuple[torch.Tensor | None, str]:
     if isinstance(inner, PeftModel):
         inner = inner.get_base_model()
     model_type = getattr(getattr(inner, "config", None), "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        return None, f"model type {model_type} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
+    if model_type not in LEAN_MODEL_TYPES:
+        return None, f"model type {model_type} is not one of {', '.join(LEAN_MODEL_TYPES)}"
     head = inner.get_output_embeddings()
     if type(head) is not torch.nn.Linear or head.bias is not None:
         return None, "the output layer is not a plain linear layer (adapted or quantized)"

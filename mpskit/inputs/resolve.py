@@ -137,11 +137,14 @@ def _check_dtype(args: dict, hw: Hardware, device: str) -> None:
 
 
 def _checked_dims(dims, source: str) -> dict:
-    """A model preset's `dims:`: a mapping of whole numbers (tied_embeddings: true or false)."""
+    """A model preset's `dims:`: a mapping of whole numbers (tied_embeddings: true or false; model_type:
+    config.json's name, which says whether the lean paths run)."""
     if not isinstance(dims, dict):
         raise MpskitError(f"{source}: dims {dims!r} is not a mapping", "write dims: with hidden, layers, heads, ...")
     for key, value in dims.items():
-        if key != "tied_embeddings":
+        if key == "model_type" and not isinstance(value, str):
+            raise MpskitError(f"{source}: dims.model_type {value!r} is not a name", "give config.json's model_type")
+        if key not in ("tied_embeddings", "model_type"):
             check_number(f"{source}: dims.{key}", value, "int", 1, fix="give the model's shapes as whole numbers")
     return dims
 

@@ -74,6 +74,12 @@ LEAN_ATTENTION_BLOCK_BYTES = {"cpu": 8 * 1024**2, "gpu": 64 * 1024**2}
 LEAN_ATTENTION_BLOCK_COPIES = 3
 
 
+# The model types whose output layer and attention the lean paths replace: the engine's lean_logits.py
+# and lean_attention.py check this table, so a plan counts a lean path only where it will run (any
+# other model trains with whole logits and its own attention, and is planned so; a preset without
+# model_type too).
+LEAN_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+
 # Bytes per quantized weight, measured on bitsandbytes 0.50.2's tensors (Qwen2.5-7B's layer shapes):
 # NF4 packs two weights a byte plus a block constant per 64 weights, itself 8-bit with a float32
 # constant per 256 blocks (double quantization): 0.516. int8 keeps a float32 scale per row: 1.001.
@@ -104,6 +110,7 @@ class ModelDims:
     # The checkpoint's own dtype (config.json), where known: LLaMA-Factory loads the weights with
     # torch_dtype="auto", so a float32 checkpoint keeps float32 weights under a bf16 plan (autocast).
     checkpoint_dtype: str | None = None
+    model_type: str | None = None  # config.json's (or the preset's): whether the lean paths run
 
     @property
     def head_dim(self) -> int:
@@ -153,7 +160,7 @@ def dims_from_mapping(data: dict) -> ModelDims:
         raise ValueError(f"model dims lack {', '.join(missing)}")
     checkpoint_dtype = CHECKPOINT_DTYPES.get(str(data.get("dtype") or data.get("torch_dtype")))
     return ModelDims(*(values[name] for name in names), tied_embeddings=bool(values.get("tied_embeddings", True)),
-                     checkpoint_dtype=checkpoint_dtype)  # fmt: skip
+                     checkpoint_dtype=checkpoint_dtype, model_type=data.get("model_type"))  # fmt: skip
 
 
 def attention_block_bytes(device: str) -> int:
@@ -161,9 +168,11 @@ def attention_block_bytes(device: str) -> int:
     return LEAN_ATTENTION_BLOCK_BYTES["cpu" if device == "cpu" else "gpu"]
 
 
-def lean_logits_apply(knobs: Knobs, stage: str) -> bool:
-    """The lean path runs for the lean stages (stages.py) with a frozen output layer (LoRA)."""
-    return knobs.lean_logits and stage_of(stage).lean and knobs.finetuning == "lora"
+def lean_logits_apply(knobs: Knobs, stage: str, dims: ModelDims) -> bool:
+    """The lean path runs for the lean stages (stages.py) with a frozen output layer (LoRA), on the
+    models it knows (LEAN_MODEL_TYPES)."""
+    lean = knobs.lean_logits and stage_of(stage).lean and knobs.finetuning == "lora"
+    return lean and dims.model_type in LEAN_MODEL_TYPES
 
 
 @dataclass
@@ -204,8 +213,11 @@ def attention_fused(attention: str, device: str) -> bool:
     return attention == "fa2" or (attention == "sdpa" and device in ("cpu", "cuda"))
 
 
-def lean_attention_runs(knobs: Knobs, device: str) -> bool:
-    """Lean attention as asked; `auto` (None): wherever the attention would otherwise be materialised."""
+def lean_attention_runs(knobs: Knobs, device: str, dims: ModelDims) -> bool:
+    """Lean attention as asked; `auto` (None): wherever the attention would otherwise be materialised.
+    Never on a model it does not know (LEAN_MODEL_TYPES)."""
+    if dims.model_type not in LEAN_MODEL_TYPES:
+        return False
     return not attention_fused(knobs.attention, device) if knobs.lean_attention is None else knobs.lean_attention
 
 
@@ -298,7 +310,7 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     parts["optimizer (AdamW)"] = int(per_parameter * optimizer_bytes_per_parameter(knobs.optim) / shard_states)
 
     fused = attention_fused(knobs.attention, device)
-    lean_attention = lean_attention_runs(knobs, device)
+    lean_attention = lean_attention_runs(knobs, device, dims)
     elements, fp32_elements = layer_activation_elements(dims, knobs, fused, lean_attention)
     factor = TRIMMED_ACTIVATION_FACTOR if trimmed(knobs, device) else ACTIVATION_FACTOR
     layer_bytes = int(factor * tokens * (elements * width + fp32_elements * 4))
@@ -308,7 +320,7 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
         parts["activations"] = dims.layers * layer_bytes
 
     logit_buffer = tokens * dims.vocab * 4
-    if lean_logits_apply(knobs, stage):
+    if lean_logits_apply(knobs, stage, dims):
         chunk = min(LEAN_CHUNK_BYTES, logit_buffer)
         logit_parts = {"lean logits": LEAN_CHUNK_COPIES * chunk + LEAN_HIDDEN_COPIES * tokens * dims.hidden * width}
     elif stage_of(stage).reference_model:

@@ -86,9 +86,9 @@ def lean_saving(plan: Plan, option: Option, path: str) -> int | None:
     """Bytes a lean path (`lean_logits` or `lean_attention`) saves over what it replaces for this
     setting; None where it does not run."""
     if path == "lean_logits":
-        runs = lean_logits_apply(option.knobs, plan.stage)
+        runs = lean_logits_apply(option.knobs, plan.stage, plan.dims)
     else:
-        runs = lean_attention_runs(option.knobs, plan.device)
+        runs = lean_attention_runs(option.knobs, plan.device, plan.dims)
     if not runs:
         return None
     plain = estimate(plan.dims, replace(option.knobs, **{path: False}), plan.stage, plan.device)

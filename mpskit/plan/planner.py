@@ -62,7 +62,9 @@ class Plan:
         return self.chosen is not None
 
 
-def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effective: int, floor: int) -> list[Knobs]:
+def candidates(
+    asked: Knobs, free: set[str], hw: Hardware, device: str, dims: ModelDims, effective: int, floor: int
+) -> list[Knobs]:
     """Every setting of the free knobs, quality knobs (cutoff, rank) first in the order tried."""
     batches = [b for b in range(1, effective + 1) if effective % b == 0] if "batch" in free else [asked.batch]
     checkpointing = [False, True] if "checkpointing" in free else [asked.checkpointing]
@@ -92,7 +94,7 @@ def candidates(asked: Knobs, free: set[str], hw: Hardware, device: str, effectiv
         )
     ]  # fmt: skip
     if "lean_attention" in free:  # auto: lean wherever the attention would be materialised
-        settings = [replace(k, lean_attention=lean_attention_runs(k, device)) for k in settings]
+        settings = [replace(k, lean_attention=lean_attention_runs(k, device, dims)) for k in settings]
     # lean attention replaces sdpa and eager alike: one of the two is enough
     return [k for k in settings if not (k.lean_attention and k.attention == "eager" and "sdpa" in attentions)]
 
@@ -141,7 +143,7 @@ def plan(
         pinned = set(pinned) | {"lora_rank"}
     free = free_knobs(set(pinned))
     floor = cutoff_floor or DEFAULT_CUTOFF_FLOOR
-    options = [option(k) for k in candidates(asked, free, hw, device, effective, floor)]
+    options = [option(k) for k in candidates(asked, free, hw, device, dims, effective, floor)]
     fitting = [o for o in options if o.estimate.training <= limit]
     fitting.sort(key=preference, reverse=True)
     chosen = fitting[0] if fitting else None
