@@ -2,6 +2,7 @@
 plain transformers loads and that computes what the adapter-wrapped model computes."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -162,3 +163,50 @@ def test_an_export_killed_before_it_completes_leaves_no_model_at_its_output(fini
     assert [(p / "config.json").is_file() for p in tmp_path.glob(".merged.partial-*")] == [True]
     again = run_mpskit("export", str(finished_run), "-o", str(out))
     assert again.returncode == 0 and (out / "config.json").is_file(), again.stderr[-2000:]
+
+
+@pytest.mark.e2e
+def test_an_export_stopped_by_sigterm_removes_its_temporary_folder(finished_run, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    stop_after_export = (
+        "import os, signal, sys, llamafactory.train.tuner as tuner; real = tuner.export_model; "
+        "tuner.export_model = lambda args: (real(args), os.kill(os.getpid(), signal.SIGTERM)); "
+        "from mpskit.cli import main; sys.exit(main())"
+    )
+    out = tmp_path / "merged"
+    out.mkdir()  # the user's empty folder (a mount point, say): the export writes inside it
+    stopped = subprocess.run([sys.executable, "-c", stop_after_export, "export", str(finished_run), "-o", str(out)],
+                             cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-2000:]
+    assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["merged"]
+
+
+def test_a_merged_model_moves_into_an_empty_folder_on_its_own_file_system_config_last(tmp_path, monkeypatch):
+    from mpskit.errors import MpskitError
+    from mpskit.tools import use_run
+
+    out = tmp_path / "disk"
+    partial = out / ".disk.partial-1"
+    partial.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (partial / name).write_text(name)
+    moved = []
+    monkeypatch.setattr(use_run.os, "rename", lambda src, dst: moved.append(Path(dst).name) or os.replace(src, dst))
+    use_run.move_into_place(partial, out)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert moved[-1] == "config.json" and all(Path(p).parent == out for p in out.iterdir())
+    taken = tmp_path / "taken"
+    (taken / ".taken.partial-2").mkdir(parents=True)
+    (taken / "config.json").write_text("another export's")
+    with pytest.raises(MpskitError, match="written by another export meanwhile"):
+        use_run.move_into_place(taken / ".taken.partial-2", taken)
+    beside, full = tmp_path / ".full.partial-3", tmp_path / "full"
+    for folder in (beside, full):
+        folder.mkdir()
+        (folder / "config.json").write_text(folder.name)
+    with pytest.raises(MpskitError, match="written by another export meanwhile"):  # made and filled meanwhile
+        use_run.move_into_place(beside, full)
+    assert (full / "config.json").read_text() == "full"

@@ -89,18 +89,20 @@ def chat(
 
 def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bool = False) -> Path:
     """The base model with the run's LoRA merged in, as a Hugging Face model folder (a new or empty
-    one). It is written beside OUT under a temporary name and renamed when complete, so a killed
-    export leaves no folder that looks like a model."""
+    one). It is written under a hidden temporary name on OUT's own file system (inside OUT when OUT is
+    the user's empty folder, which may be a mount point; beside it otherwise), moved into place when
+    complete, and removed on any other end (an error, Ctrl-C, SIGTERM), so a killed export leaves no
+    folder that looks like a model."""
     out = Path(os.path.abspath(Path(out_dir).expanduser()))
     if out.is_symlink():
         raise MpskitError(f"{out} is a link", "give -o a new folder (mpskit never writes through a link)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise MpskitError(f"{out} already exists and is not an empty folder", "give -o a new folder")
     run = open_trained(run_dir, allow_unfinished)
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    with run.locked("mpskit export"):
-        args = {**inference_args(run, quantized=False), "export_dir": str(partial)}
-        try:
+    partial = (out if out.is_dir() else out.parent) / f".{out.name}.partial-{os.getpid()}"
+    try:
+        with run.locked("mpskit export"):
+            args = {**inference_args(run, quantized=False), "export_dir": str(partial)}
             with library_output():
                 if run.yaml_args().get("quantization_bit"):
                     _merge_by_shard(args, partial)
@@ -108,11 +110,29 @@ def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bo
                     from llamafactory.train.tuner import export_model
 
                     export_model(args)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)  # this export's own half-written folder
-            raise
-    os.replace(partial, out)  # onto nothing, or onto the empty folder the user made
+        move_into_place(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # this export's own half-written folder
+        raise
     return out
+
+
+def move_into_place(partial: Path, out: Path) -> None:
+    """PARTIAL's files become OUT's, by renames on one file system: PARTIAL itself onto a missing OUT;
+    into OUT, config.json last (what makes a folder a model), when PARTIAL lies inside it. Another
+    export that got there first is one line."""
+    taken = MpskitError(f"{out} was written by another export meanwhile", "give -o a new folder")
+    if partial.parent != out:
+        try:
+            os.rename(partial, out)
+        except OSError as err:  # a folder that another export filled meanwhile
+            raise taken from err
+        return
+    if any(path != partial for path in out.iterdir()):
+        raise taken
+    for path in sorted(partial.iterdir(), key=lambda path: path.name == "config.json"):
+        os.rename(path, out / path.name)
+    partial.rmdir()
 
 
 def _merge_by_shard(args: dict, out: Path) -> None:
