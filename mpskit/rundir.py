@@ -187,15 +187,34 @@ def read_record(run_dir: Path) -> RunRecord:
         ) from err
 
 
+# Anchors are fine; a "billion laughs" of nested aliases (or a cycle) that expands past this is not.
+MAX_YAML_NODES = 100_000
+
+
+def expands_past(data, limit: int = MAX_YAML_NODES) -> bool:
+    """Whether YAML's data, with every alias expanded, holds more than `limit` values."""
+    stack, seen = [data], 0
+    while stack:
+        seen += 1
+        if seen > limit:
+            return True
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+    return False
+
+
 def read_yaml(run_dir: Path) -> dict:
     """llamafactory.yaml's arguments, as LLaMA-Factory reads them."""
+    fix = f"restore it: mpskit.json's llamafactory_args hold what it said ({run_dir / RECORD})"
     try:
         args = yaml.safe_load((run_dir / YAML).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise MpskitError(
-            f"{run_dir / YAML} is not readable ({type(err).__name__})",
-            f"restore it: mpskit.json's llamafactory_args hold what it said ({run_dir / RECORD})",
-        ) from err
+    except (OSError, yaml.YAMLError, RecursionError) as err:
+        raise MpskitError(f"{run_dir / YAML} is not readable ({type(err).__name__})", fix) from None
+    if expands_past(args):
+        raise MpskitError(f"{run_dir / YAML} expands past {MAX_YAML_NODES} values (nested aliases)", fix)
     if not isinstance(args, dict):
         raise MpskitError(f"{run_dir / YAML} holds no arguments", "restore it from mpskit.json's llamafactory_args")
     return args
@@ -368,6 +387,42 @@ def _model_or_run(folder: Path) -> str | None:
     if (folder / "config.json").is_file() and any((folder / name).is_file() for name in WEIGHT_FILES):
         return "the model folder"
     return None
+
+
+# Fields a damaged record may still hold readably, with their types: a rebuilt record keeps them.
+RECOVERABLE = {"run_name": str, "mpskit_args": dict, "model_dims": dict, "layers": list, "keep_awake": bool,
+               "processes": list, "started": str, "changed_from_given": dict}  # fmt: skip
+
+
+def check_rebuildable(run_dir: Path, args: dict) -> None:
+    """--rebuild-record is for a run folder mpskit made whose record is damaged or gone: one holding
+    mpskit.json (unreadable), a record set aside before, or a llamafactory.yaml whose output_dir is
+    this folder. Never for a readable record (it would lose the run's plan, results and lean paths),
+    nor for a folder of the user's that holds a llamafactory.yaml."""
+    try:
+        read_record(run_dir)
+    except MpskitError:
+        pass
+    else:
+        raise MpskitError(f"{run_dir / RECORD} is readable: --rebuild-record is for a damaged one",
+                          f"resume the run as it is: mpskit train --resume {run_dir}")  # fmt: skip
+    named = str(args.get("output_dir", ""))
+    ours = (run_dir / RECORD).exists() or any(run_dir.glob(f"{RECORD}.damaged*"))
+    if not ours and not (named and Path(named).resolve() == run_dir.resolve()):
+        raise MpskitError(f"{run_dir} holds no run record: not a run folder mpskit made",
+                          f"train its YAML into a new folder: mpskit train {run_dir / YAML}")  # fmt: skip
+
+
+def recoverable_fields(run_dir: Path) -> dict:
+    """What of a damaged record still reads with the right type (RECOVERABLE): the lean paths, the
+    model's dims, the process layout... {} when it is not JSON."""
+    try:
+        data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {key: data[key] for key, kind in RECOVERABLE.items() if isinstance(data.get(key), kind)}
 
 
 class RunDir:

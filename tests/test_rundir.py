@@ -277,3 +277,49 @@ def test_a_run_folder_is_never_made_inside_a_model_or_another_run(tmp_path):
     unused = claim_run_dir("sft", None, tmp_path / "output")
     release(unused)
     assert not unused.exists()
+
+
+def test_rebuild_record_is_only_for_a_damaged_record_of_a_folder_named_and_made_by_mpskit(tmp_path):
+    from conftest import run_mpskit
+
+    def rebuild(*where: str):
+        result = run_mpskit("train", "--resume", *where, "--rebuild-record", cwd=tmp_path)
+        assert "Traceback" not in result.stderr
+        return result
+
+    def folder(name: str, record: str | None, yaml_text: str) -> Path:
+        path = tmp_path / "output" / name / "20260101-000000"
+        path.mkdir(parents=True)
+        if record is not None:
+            (path / "mpskit.json").write_text(record)
+        (path / "llamafactory.yaml").write_text(yaml_text)
+        return path
+
+    def snapshot(path: Path) -> dict:
+        return {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+
+    healthy = folder("healthy", None, "stage: sft\n")
+    write_record(healthy, RunRecord(run_name="healthy", stage="sft", device="cpu",
+                                    attempts=[Attempt(1, outcome="stopped by SIGINT")]))  # fmt: skip
+    users = folder("users", None, "stage: sft\noutput_dir: somewhere/else\n")
+    (users / "README.md").write_text("my notes\n")
+    bomb = folder("bomb", "{cut", "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(12)))  # fmt: skip
+    before = {path: snapshot(path) for path in (healthy, users, bomb)}
+    cases = [((), "needs the run folder named"), ((str(healthy),), "is readable: --rebuild-record is for a damaged"),
+             ((str(users),), "not a run folder mpskit made"), ((str(bomb),), "expands past")]  # fmt: skip
+    for where, needle in cases:
+        result = rebuild(*where)
+        assert result.returncode == 2 and needle in result.stderr, result.stderr
+    assert {path: snapshot(path) for path in (healthy, users, bomb)} == before
+
+    finished = folder("finished", "", "stage: sft\n")
+    damaged = {"run_name": "finished", "attempts": "not a list", "mpskit_args": {"lean_logits": False}}
+    (finished / "mpskit.json").write_text(json.dumps(damaged))
+    (finished / "all_results.json").write_text('{"train_runtime": 10.0, "train_loss": 2.5}')
+    result = rebuild(str(finished))
+    assert result.returncode == 0 and "already finished" in result.stderr, result.stderr
+    rebuilt = read_record(finished)
+    assert rebuilt.mpskit_args == {"lean_logits": False} and [a.outcome for a in rebuilt.attempts] == ["finished"]
+    assert json.loads((finished / "all_results.json").read_text())["train_runtime"] == 10.0

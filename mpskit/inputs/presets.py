@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from mpskit.errors import MpskitError
+from mpskit.rundir import MAX_YAML_NODES, expands_past
 
 
 def config_dir() -> Path:
@@ -28,8 +29,6 @@ def demo_data_dir() -> Path:
 
 
 MAX_YAML_BYTES = 1024**2  # a run file or preset is a few KB; anything this large is not one
-# Anchors are fine; a "billion laughs" of nested aliases (or a cycle) that expands past this is not.
-MAX_YAML_NODES = 100_000
 # YAML 1.2 floats: PyYAML (YAML 1.1) reads 1e-4 as text, LLaMA-Factory's OmegaConf as 0.0001.
 FLOAT = r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"
 
@@ -50,21 +49,6 @@ class _SafeLoader(yaml.SafeLoader):
 
 
 _SafeLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(FLOAT), list("-+0123456789."))
-
-
-def _expands_past(data, limit: int) -> bool:
-    """Whether the data, with every alias expanded, holds more than `limit` values."""
-    stack, seen = [data], 0
-    while stack:
-        seen += 1
-        if seen > limit:
-            return True
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack += [*item.keys(), *item.values()]
-        elif isinstance(item, list):
-            stack += item
-    return False
 
 
 def load_yaml(path: Path) -> dict:
@@ -89,7 +73,7 @@ def load_yaml(path: Path) -> dict:
         raise MpskitError(f"{path} is not valid YAML{where}{detail}", fix) from err
     except RecursionError:
         raise MpskitError(f"{path} nests values deeper than Python reads", "write a flat key: value file") from None
-    if _expands_past(data, MAX_YAML_NODES):
+    if expands_past(data):
         raise MpskitError(f"{path} expands past {MAX_YAML_NODES} values (nested aliases)", "write the values out")
     if data is None:
         return {}

@@ -7,6 +7,7 @@ every check runs before the run directory is created, so a bad input leaves noth
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -32,18 +33,21 @@ from mpskit.run.awake import kept_awake
 from mpskit.run.quiet import log_lines
 from mpskit.run.summary import summary_lines
 from mpskit.rundir import (
+    FINISHED,
     Attempt,
     Duration,
     Ladder,
     Memory,
     RunDir,
     RunRecord,
+    check_rebuildable,
     checkpoints,
     claim_run_dir,
     latest_run_dir,
     read_log,
     read_yaml,
     real_run_path,
+    recoverable_fields,
     release,
 )
 
@@ -162,20 +166,28 @@ def resume(run_dir: str | Path | None = None, rebuild: bool = False) -> Path:
     """Continue a stopped, killed or failed run from its newest complete checkpoint (from step 0 when it
     has none), with its own settings. A run that finished is left as it is: resuming it would train
     past its end and rewrite its results. `rebuild`: with a new record in place of a damaged one."""
+    if rebuild and not run_dir:
+        raise MpskitError("--rebuild-record needs the run folder named",
+                          "mpskit train --resume output/<run>/<time> --rebuild-record")  # fmt: skip
     path = real_run_path(Path(run_dir)) if run_dir else latest_run_dir()
     return continue_run(rebuild_record(path) if rebuild else RunDir.open(path))
 
 
 def rebuild_record(path: Path) -> RunDir:
-    """A record for a run folder whose mpskit.json is damaged or gone, from what the folder still holds:
-    llamafactory.yaml (the arguments), this machine (the device and its MPS variables), and one attempt
-    of unknown outcome when it trained before (its checkpoints and trainer_log.jsonl stay as they are).
-    Lost with the old record: the memory plan, the ladder's free knobs (none move on an out-of-memory
-    error), the process layout (one process), mpskit's own keys (their defaults)."""
+    """A record for a run folder whose mpskit.json is damaged or gone (rundir.check_rebuildable), from
+    what the folder still holds: llamafactory.yaml (the arguments), the fields of the damaged record
+    that still read (mpskit's own keys such as the lean paths, the dims, the process layout), this
+    machine (the device and its MPS variables), and one attempt when it trained before: finished when
+    its results were written (then nothing trains), of unknown outcome otherwise (its checkpoints and
+    trainer_log.jsonl stay as they are). Lost with the old record: the memory plan and the ladder's
+    free knobs (none move on an out-of-memory error)."""
     args = read_yaml(path)
+    check_rebuildable(path, args)
     hardware = detect()
     device = "cpu" if args.get("use_cpu") else hardware.device
     trained = bool(read_log(path)) or bool(checkpoints(path))
+    finished = "train_runtime" in RunDir(path, RunRecord("", "", device)).results()
+    outcome = FINISHED if finished else "unknown (record rebuilt)"
     record = RunRecord(
         run_name=path.resolve().parent.name,
         stage=str(args.get("stage", "")),
@@ -186,8 +198,9 @@ def rebuild_record(path: Path) -> RunDir:
         llamafactory_args=args,
         command=["mpskit", "train", "--resume", str(path)],
         versions={pkg: installed_version(pkg) for pkg in VERSIONED},
-        attempts=[Attempt(1, outcome="unknown (record rebuilt)")] if trained else [],
+        attempts=[Attempt(1, outcome=outcome)] if trained or finished else [],
     )
+    record = dataclasses.replace(record, **recoverable_fields(path))
     print(f"mpskit: rebuilt the run record of {path} from its written arguments; the damaged one is kept",
           file=sys.stderr)  # fmt: skip
     return RunDir.rebuilt(path, record)
