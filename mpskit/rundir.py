@@ -206,6 +206,11 @@ def expands_past(data, limit: int = MAX_YAML_NODES) -> bool:
     return False
 
 
+def args_text(args: dict) -> str:
+    """llamafactory.yaml's text for ARGS, in their order."""
+    return yaml.safe_dump(args, sort_keys=False, allow_unicode=True)
+
+
 def read_yaml(run_dir: Path) -> dict:
     """llamafactory.yaml's arguments, as LLaMA-Factory reads them."""
     fix = f"restore it: mpskit.json's llamafactory_args hold what it said ({run_dir / RECORD})"
@@ -468,6 +473,16 @@ class RunDir:
 
     def yaml_args(self) -> dict:
         return read_yaml(self.path)
+
+    def change_args(self, changes: dict, own_keys: tuple[str, ...]) -> None:
+        """What an out-of-memory rung changed becomes the run's own before its next attempt: in
+        llamafactory.yaml (mpskit's OWN_KEYS in the record's mpskit_args instead) and the record, so a
+        kill at any moment resumes with what trains now, and the YAML says it."""
+        written = {**self.yaml_args(), **{key: value for key, value in changes.items() if key not in own_keys}}
+        write_atomic(self.path / YAML, args_text(written))
+        self.record.llamafactory_args = written
+        self.record.mpskit_args.update({key: value for key, value in changes.items() if key in own_keys})
+        self.save()
 
     def train_args(self) -> dict:
         """What a training attempt runs with: the YAML's arguments, mpskit's own keys from the record,

@@ -13,10 +13,8 @@ import difflib
 import importlib.util
 from pathlib import Path
 
-import yaml
-
 from mpskit.errors import MpskitError
-from mpskit.rundir import write_atomic
+from mpskit.rundir import args_text, write_atomic
 from mpskit.stages import stage_of
 
 # mpskit's own run keys for the lean paths: kept out of the written YAML, which must also run under
@@ -193,8 +191,7 @@ def _typed_by_llamafactory(texts: dict[str, str | None]) -> dict:
 
 def yaml_text(args: dict) -> str:
     """llamafactory.yaml's text: every argument but mpskit's lean-path switches."""
-    kept = {key: value for key, value in args.items() if key not in LEAN_KEYS}
-    return yaml.safe_dump(kept, sort_keys=False, allow_unicode=True)
+    return args_text({key: value for key, value in args.items() if key not in LEAN_KEYS})
 
 
 def write_yaml(args: dict, path: str | Path) -> Path:

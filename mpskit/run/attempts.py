@@ -140,7 +140,10 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                 f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
                 f"run with less memory: {_command_that_fits(run, args, effective)}{consent}",
             )
-        args = {**args, **to_args(rung[0], effective)}
+        changes = {key: value for key, value in to_args(rung[0], effective).items()
+                   if to_args(before, effective).get(key) != value}  # fmt: skip
+        args = {**args, **changes}
+        run.change_args(changes, lf.LEAN_KEYS)
         checkpoint = run.last_checkpoint()
         if rung[0].lora_rank != before.lora_rank:
             # a checkpoint holds the adapter's weights: a new rank cannot resume from them, and
