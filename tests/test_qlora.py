@@ -44,7 +44,7 @@ def test_the_heap_is_trimmed_before_each_decoder_layer_and_only_within(tiny_mode
     from transformers import AutoModelForCausalLM
 
     calls = []
-    monkeypatch.setattr(quantized, "_trim_heap", lambda: calls.append(1))
+    monkeypatch.setattr(quantized, "trim_heap", lambda: calls.append(1))
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     tokens = torch.tensor([[1, 17, 230, 5]])
     with quantized.trim_between_layers():

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT, run_mpskit
 from test_e2e import losses
 
@@ -48,6 +49,12 @@ def test_synthetic_out_of_memory_falls_back_a_rung_and_resumes(tmp_path, tiny_mo
     )
     assert second["knobs"]["disable_gradient_checkpointing"] is False
     assert "finished; out of memory changed: micro-batch" in result.stderr
+    written = yaml.safe_load((run_dir / "llamafactory.yaml").read_text())  # what trains now, for a resume
+    assert [written[batch], written[accumulation]] == [second["knobs"][batch], second["knobs"][accumulation]]
+    assert json.loads((run_dir / "mpskit.json").read_text())["llamafactory_args"] == written
+    # measured above the process before any model loaded, not above what the failed attempt left
+    assert second["measured"]["baseline_gb"] == first["measured"]["baseline_gb"]
+    assert second["measured"]["training_gb"] > 0.5 * first["measured"]["training_gb"] > 0
     steps = [row["current_steps"] for row in log_rows(run_dir) if "loss" in row]
     assert steps[:2] == [1, 2] and steps[2] == 3 and steps.count(1) == 1  # resumed at 3, not restarted at 1
     assert (run_dir / "adapter_model.safetensors").is_file()

@@ -58,7 +58,7 @@ def _glibc_trim():
 _MALLOC_TRIM = _glibc_trim()
 
 
-def _trim_heap() -> None:
+def trim_heap() -> None:
     """Hand the heap's free pages back to the system (glibc only; other allocators do it themselves).
 
     Quantizing a weight on the CPU makes several short-lived copies of it beside the small quantized
@@ -83,7 +83,7 @@ class _TensorOnDemand:
         return self._entry["dtype"]
 
     def __getitem__(self, index) -> torch.Tensor:
-        _trim_heap()
+        trim_heap()
         data = torch.empty(self._size, dtype=torch.uint8)
         self._file.seek(self._offset)
         if self._file.readinto(memoryview(data.numpy())) != self._size:
@@ -140,7 +140,7 @@ def read_on_demand() -> Iterator[None]:
 
 def _trim_before_decoder_layer(module: torch.nn.Module, inputs: tuple) -> None:
     if type(module).__name__.endswith("DecoderLayer"):
-        _trim_heap()
+        trim_heap()
 
 
 @contextlib.contextmanager

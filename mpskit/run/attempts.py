@@ -64,11 +64,17 @@ def _add_measured_time(duration: Duration, step_seconds: list[float], finished: 
 
 
 def _free_device_memory(device: str) -> None:
+    """After an out-of-memory attempt: its tensors go, and their memory back to the device (on the CPU,
+    glibc's heap pages back to the system, which the next attempt would otherwise start on)."""
     gc.collect()
     if device in ("cuda", "mps"):
         import torch
 
         (torch.cuda if device == "cuda" else torch.mps).empty_cache()
+    else:
+        from mpskit.engine.quantized import trim_heap
+
+        trim_heap()
 
 
 def _oom_block(oom: OutOfMemory, predicted_gb: float | None, attempt: int, step: str) -> str:
@@ -83,6 +89,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
     predicted = run.record.memory.predicted_training_gb
     first = len(run.record.attempts) + 1
     number = first - 1
+    baseline = None  # the process before any model loaded, from the first attempt's monitor on
     while True:
         number += 1
         attempt_args = {**args, "resume_from_checkpoint": str(checkpoint) if checkpoint else None}
@@ -97,7 +104,8 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                 from mpskit.run.progress import ProgressLine
                 from mpskit.run.quiet import library_output
 
-                monitor = MemoryMonitor(device)  # after the imports: its baseline
+                monitor = MemoryMonitor(device, baseline)  # after the imports: its baseline
+                baseline = monitor.baseline
                 faults = fake_faults() if number == first == 1 else []
                 log_dir = run.path if rank() == 0 else None
                 with library_output(log_dir, keep_progress_bar=args.get("disable_tqdm") is False) as log_file:

@@ -11,6 +11,7 @@ throughput.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import resource
 import sys
@@ -24,8 +25,19 @@ GB = 1024**3
 
 
 def _max_rss_bytes() -> int:
+    """The process's RSS high-water mark: Linux's VmHWM (which reset_peak can lower), else ru_maxrss."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status", encoding="ascii") as status:
+            return 1024 * int(next(line for line in status if line.startswith("VmHWM:")).split()[1])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+
+
+def reset_peak() -> None:
+    """Lower the RSS high-water mark to the RSS now, where the kernel allows it (Linux), so that a later
+    attempt in the same process measures its own peak, not an earlier attempt's."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+        refs.write("5")
 
 
 def memory_reader(device: str):
@@ -41,10 +53,14 @@ def memory_reader(device: str):
 
 
 class MemoryMonitor(TrainerCallback):
-    def __init__(self, device: str, interval_s: float = 0.02) -> None:
+    def __init__(self, device: str, baseline: int | None = None, interval_s: float = 0.02) -> None:
+        """BASELINE: the first attempt's, for a later attempt in the same process (out of memory, a
+        rung down): what the process held before any model loaded, not what the failed attempt left."""
         self.device = device
         self._read, self._read_peak = memory_reader(device)
-        self.baseline = self._read()
+        if baseline is not None and device == "cpu":
+            reset_peak()
+        self.baseline = self._read() if baseline is None else baseline
         self.samples: list[tuple[float, int]] = []  # (seconds since start, bytes), one per 0.25 s at most
         self.peak = self.baseline
         self.loaded = self.baseline  # after the model loads, before the first step
