@@ -10,22 +10,26 @@ foodpo) and for LLaMA-Factory's own trainers of the other stages (`install`: pt,
   is done again (the final save, the metrics, the evaluation).
 - `train_loss` after a resume is the mean over the whole run: transformers sums only the losses of
   the steps this process ran and divides by every step, so a resumed run reported a loss too low.
+  Each checkpoint keeps the sum of the losses up to its step (LOSS_SUM_FILE), which a resume puts back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import weakref
 from pathlib import Path
 
 from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_pt_utils import nested_gather
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from mpskit.rundir import set_aside
 
 STAGING = ".saving"
+LOSS_SUM_FILE = "mpskit_loss_sum.json"  # in a checkpoint: {"step": N, "loss_sum": the losses of steps 1..N}
 
 
 def logged_loss_sum(log_history: list[dict], up_to_step: int) -> float:
@@ -39,15 +43,27 @@ def logged_loss_sum(log_history: list[dict], up_to_step: int) -> float:
     return total + (total / last_step) * (up_to_step - last_step) if last_step else 0.0
 
 
+def saved_loss_sum(checkpoint: str | None, step: int) -> float | None:
+    """The loss sum a checkpoint of STEP kept (LOSS_SUM_FILE); None for one saved without it."""
+    try:
+        saved = json.loads((Path(str(checkpoint)) / LOSS_SUM_FILE).read_text(encoding="utf-8"))
+        return float(saved["loss_sum"]) if saved["step"] == step else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class _SeedLossSum(TrainerCallback):
-    """Runs right after transformers zeroes its loss sum; on a resume, puts the earlier steps back."""
+    """Runs right after transformers zeroes its loss sum; on a resume, puts the earlier steps back: the
+    checkpoint's own sum, or (a checkpoint of an older mpskit) the sum the logged means give."""
 
     def __init__(self, trainer) -> None:
         self.trainer = weakref.ref(trainer)  # no cycle: a failed trainer is freed as soon as it is dropped
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step > 0:
-            self.trainer()._total_loss_scalar = logged_loss_sum(state.log_history, state.global_step)
+            saved = saved_loss_sum(args.resume_from_checkpoint, state.global_step)
+            logged = logged_loss_sum(state.log_history, state.global_step)
+            self.trainer()._total_loss_scalar = logged if saved is None else saved
         return control
 
 
@@ -73,7 +89,11 @@ class Resumable:
         finally:
             del self._get_output_dir
         self.accelerator.wait_for_everyone()  # every process has written its part (RNG states)
+        # the losses up to this step: the logged ones' sum and those since, averaged over the processes
+        loss_sum = self._total_loss_scalar + nested_gather(self._tr_loss, self.args.parallel_mode).mean().item()
         if self.args.should_save:
+            loss_file = run_dir / STAGING / name / LOSS_SUM_FILE
+            loss_file.write_text(json.dumps({"step": self.state.global_step, "loss_sum": loss_sum}), encoding="utf-8")
             best = self.state.best_model_checkpoint
             if best and Path(best).parent.name == STAGING:  # the state names the checkpoint's final place
                 self.state.best_model_checkpoint = str(run_dir / Path(best).name)
