@@ -152,6 +152,20 @@ def write_atomic(path: Path, text: str) -> None:
 WRITABLE_FILE = "give -o a file in a folder you can write"
 
 
+def make_new_folder(path: Path) -> Path:
+    """PATH made by this process alone (PATH-2, PATH-3... when it exists): two commands started in the
+    same second never share a folder named by the time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    made, tries = path, 1
+    while True:
+        try:
+            made.mkdir()
+            return made
+        except FileExistsError:
+            tries += 1
+            made = path.with_name(f"{path.name}-{tries}")
+
+
 def check_file_target(path: Path, force: bool) -> None:
     """A file an `-o` writes: absent, or with --force a regular file, which is replaced. Never a folder,
     a link, a device (/dev/null, /dev/stdout), a FIFO or a socket: the rename that writes it would put a
@@ -559,11 +573,4 @@ class RunDir:
         if where.is_symlink():
             raise MpskitError(f"{where} is a link", f"move it away: mpskit writes {parent}/ inside the run only")
         where.mkdir(exist_ok=True)
-        path, tries = where / name, 1
-        while True:
-            try:
-                path.mkdir()
-                return path
-            except FileExistsError:
-                tries += 1
-                path = where / f"{name}-{tries}"
+        return make_new_folder(where / name)

@@ -323,3 +323,10 @@ def test_rebuild_record_is_only_for_a_damaged_record_of_a_folder_named_and_made_
     rebuilt = read_record(finished)
     assert rebuilt.mpskit_args == {"lean_logits": False} and [a.outcome for a in rebuilt.attempts] == ["finished"]
     assert json.loads((finished / "all_results.json").read_text())["train_runtime"] == 10.0
+
+
+def test_folders_named_by_the_time_are_made_by_one_process_each(tmp_path):
+    from mpskit.rundir import make_new_folder
+
+    made = [make_new_folder(tmp_path / "demo-logs" / "20260101-000000") for _ in range(3)]
+    assert [path.name for path in made] == ["20260101-000000", "20260101-000000-2", "20260101-000000-3"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.run.quiet import is_verbose
-from mpskit.rundir import RunDir
+from mpskit.rundir import RunDir, make_new_folder
 
 STAGES = ("sft", "dpo", "foodpo")
 # Small enough for a 2-core CPU, large enough that DPO's held-out reward accuracy clearly moves;
@@ -103,8 +103,7 @@ def run_demo(hardware: str | None = None) -> int:
     tiny_dir, built = ensure_preset_model()
     if built:
         print(f"mpskit demo: built the tiny model in {tiny_dir}")
-    log_dir = Path("output") / "demo-logs" / time.strftime("%Y%m%d-%H%M%S")
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = make_new_folder(Path("output") / "demo-logs" / time.strftime("%Y%m%d-%H%M%S"))
     results = []
     for number, stage in enumerate(STAGES, 1):
         log_path = log_dir / f"{stage}.log"
