@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         return handlers[ns.command](ns)
     except MpskitError as err:
         print(f"mpskit: error: {err}", file=sys.stderr)
-        return 2
+        return err.exit_code
     except Interrupted as stop:
         if stop.checkpoint:
             where = f"stopped; the newest complete checkpoint is {stop.checkpoint.name}; resume with"
@@ -354,6 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `mpskit ls | head`: the reader stopped reading; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # what a shell reports for a writer stopped by SIGPIPE
+    except Exception as err:  # noqa: BLE001 - a library's error outside a training run (chat, eval, export...)
+        from mpskit.run.boundary import keep_traceback, one_line
+
+        keep_traceback(err, None)  # on stderr with -v
+        print(f"mpskit: error: {one_line(err)[0]}; rerun with -v for the whole traceback", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

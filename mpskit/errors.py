@@ -1,13 +1,22 @@
-"""The one error type users see: a problem and its fix, printed as one line with exit code 2."""
+"""The error types users see: a problem and its fix, printed as one line with exit code 2 (1 for a run
+that failed after it began training)."""
 
 
 class MpskitError(Exception):
     """A user-facing error. The message names the problem and the fix, in one line."""
 
+    exit_code = 2
+
     def __init__(self, problem: str, fix: str):
         super().__init__(f"{problem}; {fix}")
         self.problem = problem
         self.fix = fix
+
+
+class RunFailed(MpskitError):
+    """A run that failed after it began training: its summary is printed, then this line, exit 1."""
+
+    exit_code = 1
 
 
 class Interrupted(Exception):

@@ -1,5 +1,7 @@
 """Bad inputs end with one line naming the problem and the fix, exit code 2, no traceback."""
 
+import json
+
 import pytest
 from conftest import ROOT, run_mpskit
 
@@ -97,3 +99,94 @@ def test_config_for_a_hub_model_needs_no_download(tmp_path):
     )
     refused = run_mpskit("train", "preset=dpo", "model_preset=qwen2.5-0.5b", data, cwd=tmp_path)  # train still checks
     assert refused.returncode == 2 and "MODEL_PATH" in refused.stderr
+
+
+BOUNDARY_RUN = ["preset=sft", "template=qwen", f"dataset_dir={ROOT / 'data'}", "dataset=demo_sft", "cutoff_len=64",
+                "max_steps=3", "eval_dataset=", "eval_strategy=no", "logging_steps=1"]  # fmt: skip
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("mpskit: error:")]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "words, needles",
+    [
+        (["lora_target=nonexistent_proj"], ["peft (ValueError): Target modules", "lora_target=nonexistent_proj"]),
+        (["streaming=true", "max_samples=4"], ["llamafactory (ValueError)", "incompatible with `streaming`"]),
+        (["load_best_model_at_end=true", "save_strategy=steps", "eval_strategy=epoch", "eval_dataset=demo_sft_eval"],
+         ["transformers (ValueError)", "change load_best_model_at_end=true"]),
+    ],
+)  # fmt: skip
+def test_a_library_error_before_the_first_step_is_one_line_with_the_traceback_in_train_log(
+    words, needles, tmp_path, tiny_model
+):
+    result = run_mpskit("train", *BOUNDARY_RUN, f"model_name_or_path={tiny_model}", *words, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    [line] = error_lines(result.stderr)
+    assert all(needle in line for needle in needles) and "(before the first step ended)" in line, line
+    [log] = (tmp_path / "output").glob("*/*/train.log")
+    assert "mpskit: the error in full:" in log.read_text() and "Traceback" in log.read_text()
+
+
+# A library failure that no check of mpskit's knows, injected where LLaMA-Factory loads the tokenizer, and one
+# in the third training step: the boundary, not a list of cases, turns each into its line.
+INJECT = """
+import sys, transformers, llamafactory.train.sft.workflow as workflow
+where = sys.argv.pop(1)
+if where == "loading":
+    def load_tokenizer(model_args):
+        raise ValueError("a fresh problem that no check knows")
+    workflow.load_tokenizer = load_tokenizer
+else:
+    real, calls = transformers.Trainer.training_step, []
+    def training_step(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("a fresh failure in step 3")
+        return real(self, *args, **kwargs)
+    transformers.Trainer.training_step = training_step
+from mpskit.cli import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.e2e
+def test_a_fresh_library_failure_is_one_line_before_training_and_a_failed_run_after(tmp_path, tiny_model):
+    import subprocess
+    import sys
+
+    def train(where: str, name: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-c", INJECT, where, "train", *BOUNDARY_RUN, f"model_name_or_path={tiny_model}",
+                   "save_steps=2", f"run_name={name}", "-v" if where == "loading" else "logging_steps=1"]  # fmt: skip
+        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+
+    loading = train("loading", "loading")
+    assert loading.returncode == 2, loading.stderr[-3000:]
+    [line] = error_lines(loading.stderr)
+    assert "(ValueError): a fresh problem that no check knows (before the first step ended)" in line
+    assert "Traceback" in loading.stderr  # -v: the whole traceback on stderr as well
+    stepping = train("stepping", "stepping")
+    assert stepping.returncode == 1 and "Traceback" not in stepping.stderr, stepping.stderr[-3000:]
+    [line] = error_lines(stepping.stderr)
+    assert "the run failed after step 2: " in line and "(RuntimeError): a fresh failure in step 3" in line
+    assert "the newest complete checkpoint is checkpoint-2" in line and "mpskit train --resume" in line
+    run_dir = (tmp_path / "output" / "stepping").glob("*/mpskit.json")
+    assert json.loads(next(run_dir).read_text())["attempts"][-1]["outcome"] == "error: RuntimeError"
+
+
+def test_a_library_error_outside_a_run_is_one_line_and_the_traceback_only_with_v(tmp_path, monkeypatch, capsys):
+    from mpskit import cli
+    from mpskit.tools import use_run
+
+    def export(run_dir, out_dir, allow_unfinished=False):
+        raise ValueError("a fresh problem while merging\nwith more lines")
+
+    monkeypatch.setattr(use_run, "export", export)
+    monkeypatch.setenv("MPSKIT_VERBOSE", "0")  # restored after the test: -v below sets it
+    assert cli.main(["export", str(tmp_path), "-o", str(tmp_path / "merged")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == "mpskit: error: ValueError: a fresh problem while merging; rerun with -v for the whole traceback"
+    assert cli.main(["-v", "export", str(tmp_path), "-o", str(tmp_path / "merged")]) == 2
+    assert "Traceback" in capsys.readouterr().err

@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from mpskit.engine import lf
-from mpskit.errors import Interrupted, MpskitError
+from mpskit.errors import Interrupted, MpskitError, RunFailed
 from mpskit.inputs.knobs import LADDER, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.inputs.launch import inside_launch, rank
+from mpskit.run.boundary import keep_traceback, one_line
 from mpskit.run.oom import OutOfMemory, recognise
+from mpskit.run.quiet import LOG_FILE
 from mpskit.run.signals import SignalGuard, Stopped
 from mpskit.rundir import FINISHED, Attempt, Duration, Ladder, RunDir, point_latest, set_aside, write_atomic
 
@@ -120,7 +122,8 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
         except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
             oom = recognise(err)
             if oom is None:
-                _fail(run, _with_measured(attempt, monitor), err)
+                began = monitor is not None and len(monitor.step_ends) > 1  # a step ended (after train begin)
+                _fail(run, _with_measured(attempt, monitor), err, args, began)
         else:
             attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
             attempt.lean_logits, attempt.lean_attention = lean_paths["lean_logits"], lean_paths["lean_attention"]
@@ -179,9 +182,10 @@ def _samples(monitor) -> list:
     return monitor.samples if monitor else []
 
 
-def _fail(run: RunDir, attempt: Attempt, err: Exception) -> NoReturn:
-    """Record a failed attempt and raise: a full disk as one line with the resume command, anything
-    else as it is."""
+def _fail(run: RunDir, attempt: Attempt, err: Exception, args: dict, began: bool) -> NoReturn:
+    """Record a failed attempt and end in one line (run/boundary.py; the traceback goes to train.log):
+    a full disk with the resume command; an error of the libraries before the first step ended as a
+    setting to change (exit 2); one after it as a failed run with its newest checkpoint (exit 1)."""
     full = disk_full(err)
     attempt.outcome = (
         f"error: {'disk full' if full else err.problem if isinstance(err, MpskitError) else type(err).__name__}"
@@ -191,14 +195,27 @@ def _fail(run: RunDir, attempt: Attempt, err: Exception) -> NoReturn:
     except OSError:
         if not full:  # a full disk may not even take the record
             raise
-    if not full:
-        raise err
     newest = run.last_checkpoint()
-    raise MpskitError(
-        f"the disk under {run.path} is full ({run.step_reached()}); the newest complete checkpoint is "
+    resume = f"mpskit train --resume {run.path}"
+    if full:
+        raise MpskitError(
+            f"the disk under {run.path} is full ({run.step_reached()}); the newest complete checkpoint is "
+            f"{newest.name if newest else 'none'}",
+            f"free some space, then: {resume}",
+        ) from err
+    if isinstance(err, MpskitError):
+        raise err
+    keep_traceback(err, run.path if rank() == 0 else None)
+    line, setting = one_line(err, args)
+    full_log = f"the whole traceback is in {run.path / LOG_FILE}"
+    if not began:
+        change = f"change {setting}" if setting else "change the setting it concerns"
+        raise MpskitError(f"{line} (before the first step ended)", f"{change}; {full_log}") from None
+    raise RunFailed(
+        f"the run failed {run.step_reached()}: {line}; the newest complete checkpoint is "
         f"{newest.name if newest else 'none'}",
-        f"free some space, then: mpskit train --resume {run.path}",
-    ) from err
+        f"fix the cause, then: {resume} ({full_log})",
+    ) from None
 
 
 def disk_full(err: BaseException) -> bool:
