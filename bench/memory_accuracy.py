@@ -7,7 +7,8 @@ run's memory monitor measures what training adds: on the CPU peak RSS minus the 
 (before the model loads); on CUDA/MPS the device counters. Prints every case, then the median and
 maximum relative error.
 
-    python bench/memory_accuracy.py [--quick | --lean | --unchecked | --quantized] [--steps N] [--out FILE.json]
+    python bench/memory_accuracy.py [--quick | --lean | --unchecked | --quantized] [--steps N] [--repeats N]
+                                    [--out FILE.json]
 
 On the CPU glibc's heap keeps growing for a few steps after the second: `--unchecked --steps 8`
 measures the planner's fast settings (checkpointing off, batch 2-4) the way a longer run meets them.
@@ -146,6 +147,11 @@ def build_models(names: set[str], root: Path) -> dict[str, Path]:
     return {name: build_tiny_model(root / name, ROOT / "data", dims=MODELS[name]) for name in sorted(names)}
 
 
+def median_row(rows: list[dict]) -> dict:
+    """The measurement of median peak among a case's repeats (the lower middle one of an even count)."""
+    return sorted(rows, key=lambda row: row["measured_gb"])[(len(rows) - 1) // 2]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="only the tiny and small models")
@@ -154,6 +160,8 @@ def main() -> int:
     parser.add_argument("--quantized", action="store_true", help="only the quantized cases (4 and 8 bits)")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps per case (default 2)")
     parser.add_argument("--hardware", default="cpu", help="hardware profile of the runs (default: cpu)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds over all the cases; each case's median measurement counts (default 1)")
     parser.add_argument("--out", help="write every case as JSON here")
     ns = parser.parse_args()
     cases = QUICK if ns.quick else LEAN + LEAN_UNCHECKPOINTED + LEAN_ATTENTION if ns.lean else CASES
@@ -162,21 +170,28 @@ def main() -> int:
         work = Path(tmp)
         data = write_long_data(work / "data")
         models = build_models({model for model, _ in cases}, work / "models")
-        results = []
         header = f"{'stage':7} {'model':13} {'cutoff':>6} {'batch':>5} {'rank':>4} {'ckpt':>4} {'attn':5} {'lean':6}"
         print(f"{header} {'bits':>4} {'estimate':>9} {'measured':>9} {'error':>7} {'time':>6}", flush=True)
-        for i, (model, case) in enumerate(cases):
-            run = replace(case, steps=ns.steps)
-            row = measure(run, models[model], data, work / f"run-{i}", ns.hardware)
-            results.append({"model": model, "case": vars(run), "held_out": (model, case) in HELD_OUT, **row})
-            print(
-                f"{case.stage:7} {model:13} {case.cutoff_len:>6} {case.batch:>5} {case.lora_rank:>4} "
-                f"{'on' if case.checkpointing else 'off':>4} {case.attention:5} {lean_paths(case):6} "
-                f"{case.quantization_bit or 16:>4} "
-                f"{row['estimate_gb']:>8.3f}G {row['measured_gb']:>8.3f}G "
-                f"{row['error']:>+7.1%} {row['seconds']:>5.0f}s",
-                flush=True,
-            )
+        rounds: list[list[dict]] = [[] for _ in cases]
+        for repeat in range(ns.repeats):  # round by round, so a slow spell of the machine hits every case
+            for i, (model, case) in enumerate(cases):
+                run = replace(case, steps=ns.steps)
+                row = measure(run, models[model], data, work / f"run-{i}-{repeat}", ns.hardware)
+                rounds[i].append({"model": model, "case": vars(run), "held_out": (model, case) in HELD_OUT, **row})
+                print(
+                    f"{case.stage:7} {model:13} {case.cutoff_len:>6} {case.batch:>5} {case.lora_rank:>4} "
+                    f"{'on' if case.checkpointing else 'off':>4} {case.attention:5} {lean_paths(case):6} "
+                    f"{case.quantization_bit or 16:>4} "
+                    f"{row['estimate_gb']:>8.3f}G {row['measured_gb']:>8.3f}G "
+                    f"{row['error']:>+7.1%} {row['seconds']:>5.0f}s",
+                    flush=True,
+                )
+    results = [median_row(rows) for rows in rounds]
+    if ns.repeats > 1:
+        spreads = [(max(r["measured_gb"] for r in rows) - min(r["measured_gb"] for r in rows)) / row["measured_gb"]
+                   for rows, row in zip(rounds, results, strict=True)]  # fmt: skip
+        print(f"\nper case, the median of {ns.repeats} measurements; their spread (max - min) / median: "
+              f"median {statistics.median(spreads):.1%}, largest {max(spreads):.1%}")  # fmt: skip
     errors = [abs(row["error"]) for row in results]
     print(f"\n{len(results)} cases: median |error| {statistics.median(errors):.1%}, maximum {max(errors):.1%}")
     held_out = [abs(row["error"]) for row in results if row["held_out"]]
