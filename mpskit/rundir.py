@@ -244,11 +244,27 @@ def is_run_dir(run_dir: Path) -> bool:
 
 
 def read_log(run_dir: Path) -> list[dict]:
-    """Every entry of trainer_log.jsonl (none before the first logged step)."""
+    """Every entry of trainer_log.jsonl (none before the first logged step). A last line cut short (a
+    kill while LLaMA-Factory appended it) is left out; any other line that is not an entry is one line."""
     path = run_dir / LOG
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as err:
+        raise MpskitError(f"{path} is not readable ({type(err).__name__})", "restore it or move it away") from None
+    entries = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            entry = None
+        if not isinstance(entry, dict):
+            if number == len(lines):
+                break  # cut short as it was written
+            raise MpskitError(f"{path}: line {number} is not a log entry", "restore the file or delete that line")
+        entries.append(entry)
+    return entries
 
 
 def checkpoints(run_dir: Path) -> list[Path]:

@@ -330,3 +330,14 @@ def test_folders_named_by_the_time_are_made_by_one_process_each(tmp_path):
 
     made = [make_new_folder(tmp_path / "demo-logs" / "20260101-000000") for _ in range(3)]
     assert [path.name for path in made] == ["20260101-000000", "20260101-000000-2", "20260101-000000-3"]
+
+
+def test_a_trainer_log_cut_mid_line_reads_without_its_last_line_and_a_bad_line_is_one_line(tmp_path):
+    from mpskit.rundir import read_log
+
+    log = tmp_path / "trainer_log.jsonl"
+    log.write_text('{"current_steps": 1, "loss": 2.0}\n{"current_steps": 2, "loss": 1.9}\n{"current_st')
+    assert [entry["current_steps"] for entry in read_log(tmp_path)] == [1, 2]  # killed while appending step 3
+    log.write_text('{"current_steps": 1, "loss": 2.0}\n[1, 2]\n{"current_steps": 3, "loss": 1.8}\n')
+    with pytest.raises(MpskitError, match="line 2 is not a log entry"):
+        read_log(tmp_path)
