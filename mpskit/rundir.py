@@ -194,7 +194,7 @@ def read_record(run_dir: Path) -> RunRecord:
         known = {f.name for f in dataclasses.fields(RunRecord)} - {"other_keys"}
         other = {key: value for key, value in data.items() if key not in known}
         return RunRecord(**{key: value for key, value in data.items() if key in known}, other_keys=other)
-    except (OSError, ValueError, TypeError, AttributeError) as err:
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError) as err:
         raise MpskitError(
             f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})",
             f"rebuild it from llamafactory.yaml and the checkpoints: mpskit train --resume {run_dir} --rebuild-record",

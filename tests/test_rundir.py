@@ -341,3 +341,11 @@ def test_a_trainer_log_cut_mid_line_reads_without_its_last_line_and_a_bad_line_i
     log.write_text('{"current_steps": 1, "loss": 2.0}\n[1, 2]\n{"current_steps": 3, "loss": 1.8}\n')
     with pytest.raises(MpskitError, match="line 2 is not a log entry"):
         read_log(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"run_name": "r", "stage": 7, "device": "cpu", "attempts": [1]}',
+                                  '{"run_name": "r", "stage": "sft", "device": "cpu", "memory": "lots"}'])  # fmt: skip
+def test_a_record_too_deep_or_of_wrong_types_is_damaged_in_one_line(tmp_path, text):
+    (tmp_path / "mpskit.json").write_text(text)
+    with pytest.raises(MpskitError, match="not a readable run record.*--rebuild-record"):
+        read_record(tmp_path)
