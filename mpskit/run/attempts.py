@@ -151,8 +151,8 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                 f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
                 f"run with less memory: {_command_that_fits(run, args, effective)}{consent}",
             )
-        changes = {key: value for key, value in to_args(rung[0], effective).items()
-                   if to_args(before, effective).get(key) != value}  # fmt: skip
+        trained = to_args(before, effective)
+        changes = {key: value for key, value in to_args(rung[0], effective).items() if trained.get(key) != value}
         args = {**args, **changes}
         run.change_args(changes, lf.LEAN_KEYS)
         checkpoint = run.last_checkpoint()
@@ -195,16 +195,12 @@ def _fail(run: RunDir, attempt: Attempt, err: Exception, args: dict, began: bool
     except OSError:
         if not full:  # a full disk may not even take the record
             raise
-    newest = run.last_checkpoint()
+    if isinstance(err, MpskitError) and not full:
+        raise err
     resume = f"mpskit train --resume {run.path}"
     if full:
-        raise MpskitError(
-            f"the disk under {run.path} is full ({run.step_reached()}); the newest complete checkpoint is "
-            f"{newest.name if newest else 'none'}",
-            f"free some space, then: {resume}",
-        ) from err
-    if isinstance(err, MpskitError):
-        raise err
+        where = f"the disk under {run.path} is full ({run.step_reached()})"
+        raise MpskitError(f"{where}; {_newest_checkpoint(run)}", f"free some space, then: {resume}") from err
     keep_traceback(err, run.path if rank() == 0 else None)
     line, setting = one_line(err, args)
     full_log = f"the whole traceback is in {run.path / LOG_FILE}"
@@ -212,10 +208,15 @@ def _fail(run: RunDir, attempt: Attempt, err: Exception, args: dict, began: bool
         change = f"change {setting}" if setting else "change the setting it concerns"
         raise MpskitError(f"{line} (before the first step ended)", f"{change}; {full_log}") from None
     raise RunFailed(
-        f"the run failed {run.step_reached()}: {line}; the newest complete checkpoint is "
-        f"{newest.name if newest else 'none'}",
+        f"the run failed {run.step_reached()}: {line}; {_newest_checkpoint(run)}",
         f"fix the cause, then: {resume} ({full_log})",
     ) from None
+
+
+def _newest_checkpoint(run: RunDir) -> str:
+    """Looked up only where a line names it: the look-up sets incomplete checkpoints aside."""
+    newest = run.last_checkpoint()
+    return f"the newest complete checkpoint is {newest.name if newest else 'none'}"
 
 
 def disk_full(err: BaseException) -> bool:
