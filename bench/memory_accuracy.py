@@ -159,13 +159,14 @@ def main() -> int:
     parser.add_argument("--unchecked", action="store_true", help="only the lean cases with checkpointing off")
     parser.add_argument("--quantized", action="store_true", help="only the quantized cases (4 and 8 bits)")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps per case (default 2)")
-    parser.add_argument("--hardware", default="cpu", help="hardware profile of the runs (default: cpu)")
+    parser.add_argument("--hardware", default="cpu", help="hardware profile of the runs, or 'detect' (default: cpu)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="rounds over all the cases; each case's median measurement counts (default 1)")
     parser.add_argument("--out", help="write every case as JSON here")
     ns = parser.parse_args()
     cases = QUICK if ns.quick else LEAN + LEAN_UNCHECKPOINTED + LEAN_ATTENTION if ns.lean else CASES
     cases = LEAN_UNCHECKPOINTED if ns.unchecked else QUANTIZED if ns.quantized else cases
+    hardware = None if ns.hardware == "detect" else ns.hardware
     with tempfile.TemporaryDirectory(prefix="mpskit-memory-bench-") as tmp:
         work = Path(tmp)
         data = write_long_data(work / "data")
@@ -176,7 +177,7 @@ def main() -> int:
         for repeat in range(ns.repeats):  # round by round, so a slow spell of the machine hits every case
             for i, (model, case) in enumerate(cases):
                 run = replace(case, steps=ns.steps)
-                row = measure(run, models[model], data, work / f"run-{i}-{repeat}", ns.hardware)
+                row = measure(run, models[model], data, work / f"run-{i}-{repeat}", hardware)
                 rounds[i].append({"model": model, "case": vars(run), "held_out": (model, case) in HELD_OUT, **row})
                 print(
                     f"{case.stage:7} {model:13} {case.cutoff_len:>6} {case.batch:>5} {case.lora_rank:>4} "

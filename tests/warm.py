@@ -11,6 +11,10 @@ libraries read from the environment as they were imported (huggingface_hub's HF_
 tests set those once, for all). Tests about processes
 themselves (signals, kills, a full disk mid-run, a terminal, the import of torch) start their own
 interpreter with subprocess.
+
+Where CUDA is available each command runs in a fresh interpreter instead: the preloaded libraries
+initialise CUDA as they are imported there, and a process forked after that cannot use CUDA ("Cannot
+re-initialize CUDA in forked subprocess").
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ import threading
 import traceback
 from pathlib import Path
 
+import torch
+
 # LLaMA-Factory's training entry imports torch, transformers, peft, trl, datasets and accelerate in its
 # own order (trl imported before it cannot import its DPOTrainer any more).
 PRELOAD = ["llamafactory.train.tuner"]
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
+FRESH_INTERPRETERS = torch.cuda.is_available()
 
 
 def _exit_code(stop: SystemExit) -> int:
@@ -84,6 +91,9 @@ def _run_child(module: str, words: list[str], cwd: str, env: dict[str, str], out
 def run(module: str, words: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     """`python -m MODULE WORDS` in a forked warm child, as subprocess.run(capture_output=True, text=True)
     reports a command; subprocess.TimeoutExpired after `timeout` seconds (the child killed)."""
+    command = [sys.executable, "-m", module, *words]
+    if FRESH_INTERPRETERS:
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="mpskit-warm-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
         out.touch()
@@ -95,5 +105,4 @@ def run(module: str, words: list[str], cwd: Path, env: dict[str, str], timeout: 
             child.kill()
             child.join()
             raise subprocess.TimeoutExpired(words, timeout, out.read_text(), err.read_text())
-        command = [sys.executable, "-m", module, *words]
         return subprocess.CompletedProcess(command, child.exitcode, out.read_text(), err.read_text())
