@@ -202,6 +202,8 @@ def test_a_quantized_base_peaks_while_loading_where_the_step_holds_less():
     long = estimate(qwen25_7b, replace(knobs, cutoff_len=4096), "sft", "mps")
     assert long.loading == short.loading and long.training == long.step > long.loading
     assert estimate(qwen25_7b, replace(knobs, quantization_bit=None), "sft", "mps").loading == 0
+    on_cuda = estimate(qwen25_7b, knobs, "sft", "cuda")  # quantized on the GPU as each weight arrives
+    assert on_cuda.loading == on_cuda.parts["weights"] + on_cuda.parts["lora weights"]
 
 
 def test_8bit_optimizer_and_zero_sharding_per_process():

@@ -91,8 +91,10 @@ DEQUANTIZED_COPIES = 1
 # between tensors): the weights quantized so far, the LoRA weights, and the transients of quantizing one
 # weight, counted as float32 copies of the largest linear weight, by bits (int8 makes fewer). Calibrated
 # on the CPU to the highest of bench/memory_accuracy.py --quantized's 14 cases and bench/qlora.py's bf16
-# shards, so the others come out over (up to 10%). Unquantized, loading holds no more than the weights
-# a training step holds.
+# shards, so the others come out over (up to 10%). On CUDA bitsandbytes quantizes each weight on the GPU
+# as it arrives, and the GPU's loading peak is the memory after loading (bench/cuda_checks.sh, 14 cases
+# on an H200: equal to within 0.01 GB): no copies. Unquantized, loading holds no more than the weights a
+# training step holds.
 LOADING_COPIES = {4: 6, 8: 3}
 
 
@@ -348,12 +350,13 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     if kept:
         parts["heap kept (CPU)"] = kept
     parts["overhead"] = int(RUN_OVERHEAD_BYTES)
-    return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES), loading=loading_peak(dims, knobs, parts))
+    return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES), loading=loading_peak(dims, knobs, parts, device))
 
 
-def loading_peak(dims: ModelDims, knobs: Knobs, parts: dict[str, int]) -> int:
+def loading_peak(dims: ModelDims, knobs: Knobs, parts: dict[str, int], device: str = "cpu") -> int:
     """The peak while a quantized base loads (LOADING_COPIES): 0 for a 16-bit one."""
     if knobs.quantization_bit is None:
         return 0
     largest = max(dims.hidden, dims.kv_dim) * max(dims.hidden, dims.ffn)
-    return parts["weights"] + parts.get("lora weights", 0) + LOADING_COPIES[knobs.quantization_bit] * largest * 4
+    copies = 0 if device == "cuda" else LOADING_COPIES[knobs.quantization_bit]
+    return parts["weights"] + parts.get("lora weights", 0) + copies * largest * 4
