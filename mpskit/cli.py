@@ -19,7 +19,8 @@ USAGE_RUN = (
     "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] "
     "[-o FILE [--force]] [--json] [--probe] [-v]\n"
     "mpskit train --resume [RUN_DIR]   continue a stopped or killed run from its last checkpoint\n"
-    "    (--rebuild-record: first a new run record from the run's written arguments, when it is damaged)\n"
+    "    (--rebuild-record: first a new run record from the run's written arguments, when it is damaged;\n"
+    "    dataset=PATH, eval_dataset=PATH: where its plain data files are now, if they moved)\n"
     "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
     "  preset (a stage preset under your settings), model_preset (configs/models), hardware\n"
     "  (configs/hardware), device (auto|mps|cuda|cpu), run_name, memory_budget_gb (instead of the\n"
@@ -166,9 +167,12 @@ def cmd_train(words: list[str]) -> int:
 
     if "--resume" in words:
         rest = [w for w in words if w not in ("--resume", "--rebuild-record")]
-        if len(rest) > 1 or (rest and "=" in rest[0]):
-            raise MpskitError("--resume takes only a run directory", "mpskit train --resume [RUN_DIR]")
-        resume(rest[0] if rest else None, rebuild="--rebuild-record" in words)
+        folders = [w for w in rest if "=" not in w]
+        data = dict(w.split("=", 1) for w in rest if "=" in w)
+        if len(folders) > 1 or set(data) - {"dataset", "eval_dataset"}:
+            raise MpskitError("--resume takes a run directory, and dataset=/eval_dataset= for data files that moved",
+                              "mpskit train --resume [RUN_DIR] [dataset=NEWPATH]")  # fmt: skip
+        resume(folders[0] if folders else None, rebuild="--rebuild-record" in words, data=data)
         return 0
     run, _ = _resolve_from_words(words)
     train(run, command=["mpskit", "train", *words])

@@ -32,6 +32,7 @@ YAML = "llamafactory.yaml"
 LOG = "trainer_log.jsonl"
 RESULTS = "all_results.json"
 LOCK_NOTE = ".mpskit.lock"
+DATASET_INFO = "dataset_info.json"  # a run's own, where its data are plain files registered for it
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "adapter_model.bin", "pytorch_model.bin",
                 "model.safetensors.index.json")  # fmt: skip
 FINISHED = "finished"
@@ -108,6 +109,7 @@ class RunRecord:
     mpskit_args: dict = field(default_factory=dict)  # mpskit's own run keys (lean paths), never in the YAML
     changed_from_given: dict = field(default_factory=dict)  # no preset: key -> [user's value, written value]
     model_dims: dict = field(default_factory=dict)
+    data_rows: dict = field(default_factory=dict)  # plain data files: entry name -> rows, checked if one moves
     memory: Memory = field(default_factory=Memory)
     duration: Duration = field(default_factory=Duration)
     ladder: Ladder | None = None  # None: nothing may move (a rebuilt record)
@@ -426,7 +428,7 @@ def _model_or_run(folder: Path) -> str | None:
 
 # Fields a damaged record may still hold readably, with their types: a rebuilt record keeps them.
 RECOVERABLE = {"run_name": str, "mpskit_args": dict, "model_dims": dict, "layers": list, "keep_awake": bool,
-               "processes": list, "started": str, "changed_from_given": dict}  # fmt: skip
+               "processes": list, "started": str, "changed_from_given": dict, "data_rows": dict}  # fmt: skip
 
 
 def check_rebuildable(run_dir: Path, args: dict) -> None:
@@ -521,6 +523,24 @@ class RunDir:
         args = self.yaml_args()
         own_data = {"dataset_dir": str(self.path)} if args.get("dataset_dir") == args.get("output_dir") else {}
         return {**args, **self.record.mpskit_args, "output_dir": str(self.path), **own_data}
+
+    def registered_data(self) -> dict:
+        """The entries of the run's own dataset_info.json (its plain data files); {} where the run reads
+        a data folder of the user's."""
+        args = self.yaml_args()
+        if args.get("dataset_dir") != args.get("output_dir"):
+            return {}
+        path = self.path / DATASET_INFO
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise MpskitError(f"{path} is not readable JSON ({err})", "train the run again from its command") from None
+        if not isinstance(entries, dict) or not all(isinstance(entry, dict) for entry in entries.values()):
+            raise MpskitError(f"{path} is not a mapping of dataset entries", "train the run again from its command")
+        return entries
+
+    def register_data(self, dataset_info_text: str) -> None:
+        write_atomic(self.path / DATASET_INFO, dataset_info_text)
 
     def results(self, folder: Path | None = None) -> dict:
         """all_results.json of the run, or of an evaluation folder in it; {} when none was written."""

@@ -210,6 +210,8 @@ CASES = [
     ("output_dir under a file", ["train", "BASE", "output_dir={w}/a_file/run"], ["cannot create the run directory"]),
     ("resume: not a run", ["train", "--resume", "{w}/not_a_run"], ["not an mpskit run directory"]),
     ("resume: unreadable record", ["train", "--resume", "{w}/no_ckpt_run"], ["not a readable run record"]),
+    ("resume with another key", ["train", "--resume", "{w}/not_a_run", "learning_rate=1"],
+     ["--resume takes a run directory, and dataset=/eval_dataset="]),
     ("resume: nothing to resume", ["train", "--resume"], ["no run found"]),
     ("run_name climbs out", ["train", "BASE", "run_name=../x"], ["run_name '../x' would leave output/"]),
     ("run_name absolute", ["train", "BASE", "run_name=/tmp/x"], ["run_name '/tmp/x' would leave output/"]),

@@ -3,6 +3,7 @@ registered in the run folder's own dataset_info.json, planned and trained as a n
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,61 @@ def test_a_folder_gives_train_and_valid_files_and_resumes_from_its_own_registrat
     run_dir.rename(moved)  # the registration travels with the run folder
     again = run_mpskit("train", "--resume", str(moved), cwd=tmp_path)
     assert again.returncode == 0 and "already finished" in again.stderr, again.stderr[-2000:]
+
+
+@pytest.mark.e2e
+def test_a_data_file_that_moved_is_named_and_the_run_resumes_from_where_it_is_now(tmp_path, tiny_model):
+    data = write_jsonl(tmp_path / "mine" / "train.jsonl", SFT)
+    killed = run_mpskit("train", *words("sft", tiny_model, str(data)), "max_steps=4", "save_steps=2", "run_name=moved",
+                        cwd=tmp_path, env={"MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP": "2"})  # fmt: skip
+    assert killed.returncode != 0
+    run_dir = (tmp_path / "output" / "moved" / "latest").resolve()
+    assert json.loads((run_dir / "mpskit.json").read_text())["data_rows"] == {"mine_train": len(SFT)}
+    now = tmp_path / "kept" / "sft.jsonl"
+    now.parent.mkdir()
+    data.rename(now)
+
+    gone = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert gone.returncode == 2 and "Traceback" not in gone.stderr
+    assert gone.stderr.strip().splitlines()[-1] == (
+        f"mpskit: error: {data} is gone: the run trained on it as dataset; resume with it where it is now: "
+        f"mpskit train --resume {run_dir} dataset=NEWPATH"
+    )
+    fewer = write_jsonl(tmp_path / "fewer.jsonl", SFT[:-1])
+    refused = run_mpskit("train", "--resume", str(run_dir), f"dataset={fewer}", cwd=tmp_path)
+    assert refused.returncode == 2 and f"holds {len(SFT) - 1} rows; the run trained on {len(SFT)}" in refused.stderr
+    assert json.loads((run_dir / "dataset_info.json").read_text())["mine_train"]["file_name"] == str(data)
+
+    resumed = run_mpskit("train", "--resume", str(run_dir), f"dataset={now}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"'mine_train' now reads {now}" in resumed.stderr and "resuming" in resumed.stderr
+    assert json.loads((run_dir / "dataset_info.json").read_text())["mine_train"]["file_name"] == str(now)
+    record = json.loads((run_dir / "mpskit.json").read_text())
+    assert record["attempts"][-1]["outcome"] == "finished" and record["attempts"][-1]["resumed_from"] == "checkpoint-2"
+    logged = [json.loads(line) for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
+    assert logged[-1]["current_steps"] == 4
+
+
+def test_a_moved_file_is_refused_unless_it_is_the_data_the_run_registered(tmp_path):
+    from mpskit.errors import MpskitError
+    from mpskit.inputs.plain_data import detect_format, moved_to
+
+    data = write_jsonl(tmp_path / "a.jsonl", SFT)
+    entries, args = {"a": detect_format(data)[0]}, {"dataset": "a"}
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": "p", "chosen": "c", "rejected": "r"}])
+    cases = [
+        ({}, {"dataset": "x"}, {"dataset": str(data)}, "reads no plain data file as dataset"),
+        (entries, args, {"eval_dataset": str(data)}, "reads no plain data file as eval_dataset"),
+        (entries, args, {"dataset": f"{data},{data}"}, "names 2 file(s); the run registered"),
+        (entries, args, {"dataset": str(tmp_path / "nope.jsonl")}, "no such file"),
+        (entries, args, {"dataset": str(pairs)}, "reads as preference pairs (prompt, chosen, rejected), not in the"),
+    ]
+    for registered, run_args, new_paths, said in cases:
+        with pytest.raises(MpskitError, match=re.escape(said)):
+            moved_to(registered, {"a": len(SFT)}, run_args, new_paths, tmp_path)
+    same = write_jsonl(tmp_path / "b.jsonl", SFT)
+    assert moved_to(entries, {"a": len(SFT)}, args, {"dataset": str(same)}, tmp_path)["a"]["file_name"] == str(same)
+    assert moved_to(entries, {}, args, {}, tmp_path) == entries  # every file there: nothing changes
 
 
 @pytest.mark.parametrize(

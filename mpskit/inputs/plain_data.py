@@ -20,11 +20,10 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.inputs.dataset_checks import NOT_A_FILE, read_rows
-from mpskit.rundir import write_atomic
+from mpskit.rundir import DATASET_INFO, write_atomic
 from mpskit.temporary import private_folder
 
 SUFFIXES = (".jsonl", ".json")
-DATASET_INFO = "dataset_info.json"
 TRAIN_NAMES = ("train",)
 VALID_NAMES = ("valid", "validation", "val", "eval", "test")
 ROLE_TAGS = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
@@ -174,3 +173,49 @@ def registration_folder(entries: dict, keep: bool = False) -> Path:
 
 def dataset_info_text(entries: dict) -> str:
     return json.dumps(entries, indent=2, ensure_ascii=False) + "\n"
+
+
+def row_counts(entries: dict) -> dict[str, int]:
+    """Each registered file's rows, recorded with the run: a file that moves is checked against them."""
+    return {name: len(read_rows(Path(entry["file_name"]))) for name, entry in entries.items()}
+
+
+def moved_to(entries: dict, rows: dict, args: dict, new_paths: dict[str, str], run: Path) -> dict:
+    """The run's entries with the files NEW_PATHS names (dataset=/eval_dataset=, as many files as the
+    run registered for that key, in its order) in place of the registered ones; then each file the
+    run reads checked to be there."""
+    entries = {name: dict(entry) for name, entry in entries.items()}
+    for key, value in new_paths.items():
+        names, paths = _split_names(args.get(key)), _split_names(value)
+        if not entries or not names:
+            raise MpskitError(f"{key}={value}: the run {run} reads no plain data file as {key}",
+                              f"resume it as it is: mpskit train --resume {run}")  # fmt: skip
+        if len(paths) != len(names):
+            registered = ", ".join(entries[name]["file_name"] for name in names)
+            raise MpskitError(f"{key}={value} names {len(paths)} file(s); the run registered {registered}",
+                              f"give {len(names)} path(s), comma-separated, in that order")  # fmt: skip
+        for name, given in zip(names, paths, strict=True):
+            entries[name]["file_name"] = _same_data(Path(given).expanduser().absolute(), entries[name], rows.get(name))
+    for key in ("dataset", "eval_dataset"):
+        for name in _split_names(args.get(key)):
+            gone = entries.get(name, {}).get("file_name")
+            if gone and not Path(gone).is_file():
+                fix = f"resume with it where it is now: mpskit train --resume {run} {key}=NEWPATH"
+                raise MpskitError(f"{gone} is gone: the run trained on it as {key}", fix)
+    return entries
+
+
+def _same_data(path: Path, entry: dict, rows: int | None) -> str:
+    """PATH, where it holds data of ENTRY's format and ROWS rows (not counted in a run recorded before
+    mpskit counted them)."""
+    if not path.is_file():
+        raise MpskitError(f"{path}: no such file", "give the file's path where it is now")
+    found, words = detect_format(path)
+    if {**found, "file_name": ""} != {**entry, "file_name": ""}:
+        raise MpskitError(f"{path} reads as {words}, not in the columns the run registered for {entry['file_name']}",
+                          "give the file the run trained on")  # fmt: skip
+    count = len(read_rows(path))
+    if rows is not None and count != rows:
+        raise MpskitError(f"{path} holds {count} rows; the run trained on {rows}",
+                          "give the file the run trained on, or train a new run on this one")  # fmt: skip
+    return str(path)

@@ -21,7 +21,7 @@ from mpskit.inputs import knobs
 from mpskit.inputs.hardware import detect, installed_version
 from mpskit.inputs.launch import inside_launch, launch
 from mpskit.inputs.mps_env import env_values
-from mpskit.inputs.plain_data import DATASET_INFO, dataset_info_text
+from mpskit.inputs.plain_data import dataset_info_text, moved_to, row_counts
 from mpskit.inputs.resolve import ResolvedRun
 from mpskit.plan import planner
 from mpskit.plan.advice import plan_duration
@@ -33,6 +33,7 @@ from mpskit.run.awake import kept_awake
 from mpskit.run.quiet import log_lines
 from mpskit.run.summary import summary_lines
 from mpskit.rundir import (
+    DATASET_INFO,
     FINISHED,
     Attempt,
     Duration,
@@ -93,6 +94,7 @@ def _write_claimed(
         mpskit_args={key: run.args[key] for key in lf.LEAN_KEYS if key in run.args},
         changed_from_given=changed,
         model_dims=run.model_dims,
+        data_rows=row_counts(run.datasets),
         memory=memory_record(memory_plan),
         duration=Duration(**d.as_dict()) if memory_plan and (d := plan_duration(run, memory_plan)) else Duration(),
         ladder=ladder,
@@ -162,15 +164,16 @@ def _launch(run_dir: Path, processes: tuple[int, int]) -> Path:
     return run_dir
 
 
-def resume(run_dir: str | Path | None = None, rebuild: bool = False) -> Path:
+def resume(run_dir: str | Path | None = None, rebuild: bool = False, data: dict[str, str] | None = None) -> Path:
     """Continue a stopped, killed or failed run from its newest complete checkpoint (from step 0 when it
     has none), with its own settings. A run that finished is left as it is: resuming it would train
-    past its end and rewrite its results. `rebuild`: with a new record in place of a damaged one."""
+    past its end and rewrite its results. `rebuild`: with a new record in place of a damaged one.
+    `data`: dataset=/eval_dataset= paths of plain data files that moved since the run registered them."""
     if rebuild and not run_dir:
         raise MpskitError("--rebuild-record needs the run folder named",
                           "mpskit train --resume output/<run>/<time> --rebuild-record")  # fmt: skip
     path = real_run_path(Path(run_dir)) if run_dir else latest_run_dir()
-    return continue_run(rebuild_record(path) if rebuild else RunDir.open(path))
+    return continue_run(rebuild_record(path) if rebuild else RunDir.open(path), data or {})
 
 
 def rebuild_record(path: Path) -> RunDir:
@@ -206,7 +209,7 @@ def rebuild_record(path: Path) -> RunDir:
     return RunDir.rebuilt(path, record)
 
 
-def continue_run(run: RunDir) -> Path:
+def continue_run(run: RunDir, data: dict[str, str] | None = None) -> Path:
     """Train a written run directory in this process (from its newest complete checkpoint, or from
     step 0 when it has none), or launch its processes through torchrun when it has several and this
     is not one of them. The launching process holds the folder's lock; torchrun's ranks work under it."""
@@ -217,11 +220,24 @@ def continue_run(run: RunDir) -> Path:
             print(f"mpskit: {run.path} already finished (attempt {len(run.record.attempts)}); nothing to resume",
                   file=sys.stderr)  # fmt: skip
             return run.path
+        _find_data(run, data or {})
         checkpoint = run.last_checkpoint()
         if checkpoint is None and run.record.attempts:
             print(f"mpskit: {run.path} has no complete checkpoint; training it again from step 0", file=sys.stderr)
         with kept_awake(run.record.keep_awake), _summary_at_end(run.path):
             return _continue(run, checkpoint)
+
+
+def _find_data(run: RunDir, new_paths: dict[str, str]) -> None:
+    """The run's plain data files where they are now: each registered one still there, or moved to
+    what NEW_PATHS names (then registered there); else one line that says how to point the run at it."""
+    entries = run.registered_data()
+    moved = moved_to(entries, run.record.data_rows, run.yaml_args(), new_paths, run.path)
+    if moved != entries:
+        run.register_data(dataset_info_text(moved))
+        for name, entry in moved.items():
+            if entry != entries[name]:
+                print(f"mpskit: '{name}' now reads {entry['file_name']}", file=sys.stderr)
 
 
 @contextlib.contextmanager
