@@ -55,6 +55,9 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("no_ckpt_run/mpskit.json", "{}")
     write("no_ckpt_run/llamafactory.yaml", "stage: sft\n")
     (work / "not_a_run").mkdir()
+    cut = shutil.copytree(model, work / "cut_model") / "model.safetensors"  # a copy cut short
+    cut.write_bytes(cut.read_bytes()[:-64])
+    files["cut_model"] = cut.parent
     for name, facts in {
         "hw_nan_ram": "kind: cpu\nchip: x\nram_gb: .nan\n",
         "hw_headroom_text": "kind: cpu\nchip: x\nram_gb: 8\nheadroom_gb: lots\n",
@@ -210,6 +213,18 @@ CASES = [
     ("output_dir under a file", ["train", "BASE", "output_dir={w}/a_file/run"], ["cannot create the run directory"]),
     ("resume: not a run", ["train", "--resume", "{w}/not_a_run"], ["not an mpskit run directory"]),
     ("resume: unreadable record", ["train", "--resume", "{w}/no_ckpt_run"], ["not a readable run record"]),
+    ("lora_target: no such module", ["train", "BASE", "lora_target=q_proj,nonexistent_proj"],
+     ["has no module 'nonexistent_proj'", "q_proj", "lora_target=all"]),
+    ("lora_target: a norm", ["train", "BASE", "lora_target=input_layernorm"], ["not a linear layer"]),
+    ("train_on_prompt on DPO", ["train", "BASE", "preset=dpo", "dataset=demo_pref", "eval_dataset=",
+                                "train_on_prompt=true"], ["train_on_prompt=true applies to SFT only"]),
+    ("streaming with max_samples", ["train", "BASE", "streaming=true", "max_samples=10", "max_steps=2"],
+     ["cannot take max_samples"]),
+    ("streaming without max_steps", ["train", "BASE", "streaming=true"], ["needs max_steps"]),
+    ("template of another family", ["config", "BASE", "template=llama3", "-o", "{w}/out.yaml"],
+     ["<|eot_id|>", "another model family's template"]),
+    ("model: a cut safetensors file", ["train", "BASE", "model_name_or_path={w}/cut_model"],
+     ["not a readable safetensors file", "incomplete metadata"]),
     ("resume with another key", ["train", "--resume", "{w}/not_a_run", "learning_rate=1"],
      ["--resume takes a run directory, and dataset=/eval_dataset="]),
     ("resume: nothing to resume", ["train", "--resume"], ["no run found"]),

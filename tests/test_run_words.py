@@ -38,10 +38,12 @@ def llamafactory_values(words: list[str], monkeypatch) -> dict:
     from llamafactory.hparams.parser import _TRAIN_ARGS, read_args
     from transformers import HfArgumentParser
 
-    # LLaMA-Factory 0.9.5 calls json.load on a Path (AttributeError); this reads the file it names.
-    monkeypatch.setattr(json, "load", lambda path: json.loads(Path(path).read_text()))
-    monkeypatch.setattr(sys, "argv", ["llamafactory-cli", *words])
-    values = read_args()
+    # LLaMA-Factory 0.9.5 calls json.load on a Path (AttributeError); this reads the file it names,
+    # while read_args runs (mpskit's own checks then read a tokenizer with the real json.load).
+    with monkeypatch.context() as patched:
+        patched.setattr(json, "load", lambda path: json.loads(Path(path).read_text()))
+        patched.setattr(sys, "argv", ["llamafactory-cli", *words])
+        values = read_args()
     if isinstance(values, dict):
         return values
     namespace, unknown = HfArgumentParser(_TRAIN_ARGS).parse_known_args(values)

@@ -121,6 +121,35 @@ def check_template(args: dict) -> None:
         close = difflib.get_close_matches(str(template), TEMPLATES, n=1)
         hint = f"did you mean '{close[0]}'?" if close else "see LLaMA-Factory's data/template.py for the names"
         raise MpskitError(f"template '{template}' is not one of LLaMA-Factory's templates", hint)
+    check_template_tokens(args)
+
+
+def check_template_tokens(args: dict) -> None:
+    """The template's stop words are tokens of the model's tokenizer. LLaMA-Factory adds missing ones
+    to the tokenizer; without resize_vocab their ids point past the model's embeddings (an IndexError
+    inside the model once training starts) or at rows nothing trained: another family's template."""
+    from llamafactory.data.template import TEMPLATES
+    from transformers import AutoTokenizer
+
+    template, model = TEMPLATES[args["template"]], str(args.get("model_name_or_path", ""))
+    if not template.stop_words or args.get("resize_vocab") or not Path(model).expanduser().is_dir():
+        return
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            Path(model).expanduser(), trust_remote_code=bool(args.get("trust_remote_code")), local_files_only=True
+        )
+    except Exception as err:  # noqa: BLE001 - whatever transformers raises on these files, said as one line
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        fix = "copy the model's tokenizer files again (tokenizer.json, tokenizer_config.json)"
+        raise MpskitError(f"the tokenizer of {model} cannot be built ({type(err).__name__}: {first})", fix) from None
+    vocab = tokenizer.get_vocab()
+    missing = [word for word in template.stop_words if word not in vocab]
+    if missing:
+        raise MpskitError(
+            f"template={args['template']} ends turns with {', '.join(missing)}, which {model}'s tokenizer does not "
+            "have: it is another model family's template",
+            "use the model's own template (qwen for Qwen), or resize_vocab=true to train new token embeddings",
+        )
 
 
 TRUE_WORDS, FALSE_WORDS = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")  # transformers' string_to_bool

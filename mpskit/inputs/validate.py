@@ -52,6 +52,9 @@ SWITCHES = (
     "trust_remote_code",
     "lean_logits",
     "lean_attention",
+    "train_on_prompt",
+    "mask_history",
+    "streaming",
 )
 CHOICES = {
     "flash_attn": ("auto", "disabled", "sdpa", "fa2", "fa3"),
@@ -94,3 +97,20 @@ def check_args(args: dict) -> None:
     """Every known knob in the merged arguments; unknown keys are lf.check_keys' job."""
     for key, value in args.items():
         check_value(key, value)
+    check_combinations(args)
+
+
+def check_combinations(args: dict) -> None:
+    """Settings LLaMA-Factory refuses together only once the run has started (its argument parser and
+    DataArguments), here before anything is written."""
+    stage = args.get("stage", "sft")
+    for key in ("train_on_prompt", "mask_history"):
+        if args.get(key) is True and stage != "sft":
+            raise MpskitError(f"{key}=true applies to SFT only, not stage {stage}", f"leave {key} out")
+    if args.get("train_on_prompt") is True and args.get("mask_history") is True:
+        raise MpskitError("train_on_prompt and mask_history exclude each other", "keep one of them")
+    if args.get("streaming") is True:
+        if args.get("max_samples") is not None:
+            raise MpskitError("streaming=true cannot take max_samples", "leave it out: max_steps bounds the run")
+        if args.get("max_steps", -1) == -1:
+            raise MpskitError("streaming=true needs max_steps (a stream has no length)", "set max_steps=N")

@@ -36,6 +36,7 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
     downloaded is a warning."""
     check_model(str(run.args["model_name_or_path"]), need_weights)
     check_llama_pro(run.args)
+    check_lora_target(run.args)
     check_datasets(run.args)
     check_resume_from(run.args.get("resume_from_checkpoint"), run.args)
     if run.stage == "foodpo":
@@ -135,6 +136,46 @@ def check_llama_pro(args: dict) -> None:
         )
 
 
+def check_lora_target(args: dict) -> None:
+    """Each name in lora_target is a linear layer of the model (peft matches a module's name or its
+    dotted end), told from the weights' names and shapes in a local model's safetensors headers. peft
+    refuses a wrong name only once the model has loaded, after the run folder is written."""
+    value = args.get("lora_target")
+    if args.get("finetuning_type", "lora") != "lora" or value in (None, "all") or not isinstance(value, str):
+        return
+    path = Path(os.path.expanduser(str(args["model_name_or_path"])))
+    modules = _weight_dims(path) if path.is_dir() else {}
+    in_blocks = [name for name, dims in modules.items() if dims == 2 and any(p.isdigit() for p in name.split("."))]
+    linear = sorted({name.rsplit(".", 1)[-1] for name in in_blocks})
+    for target in (name.strip() for name in value.split(",") if name.strip()):
+        found = [dims for name, dims in modules.items() if name == target or name.endswith("." + target)]
+        if modules and not found:
+            raise MpskitError(f"lora_target={value}: {path.name} has no module '{target}'",
+                              f"name its linear layers ({', '.join(linear)}) or write lora_target=all")  # fmt: skip
+        if found and 2 not in found:
+            raise MpskitError(f"lora_target={value}: '{target}' is not a linear layer of {path.name}",
+                              f"name its linear layers ({', '.join(linear)}) or write lora_target=all")  # fmt: skip
+
+
+def _weight_dims(path: Path) -> dict[str, int]:
+    """Each module of a local model folder that has a weight -> the weight's dimensions, from the
+    safetensors files' headers ({} for a model in other formats). A header that does not read is one
+    line: loading would fail on it minutes later."""
+    from safetensors import SafetensorError, safe_open
+
+    modules = {}
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(file, framework="numpy") as weights:
+                for key in weights.keys():
+                    if key.endswith(".weight"):
+                        modules[key.removesuffix(".weight")] = len(weights.get_slice(key).get_shape())
+        except (SafetensorError, OSError) as err:
+            fix = "copy the model's weights again"
+            raise MpskitError(f"{file} is not a readable safetensors file ({err})", fix) from None
+    return modules
+
+
 MODEL_WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.pt", "*.gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
@@ -151,6 +192,7 @@ def _check_model_files(path: Path) -> None:
             f"model directory {path} has no tokenizer ({', '.join(TOKENIZER_FILES[:2])})",
             "copy the whole model folder",
         )
+    _weight_dims(path)  # every safetensors header reads and covers its file
 
 
 def _hub_reachable(model: str) -> bool:
