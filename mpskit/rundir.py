@@ -18,6 +18,8 @@ import os
 import re
 import stat
 import sys
+import types
+import typing
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -191,16 +193,87 @@ def write_record(run_dir: Path, record: RunRecord) -> None:
 
 
 def read_record(run_dir: Path) -> RunRecord:
+    """The run's record, each field of the type the record gives it; a damaged one is one line that
+    names the field (or why it does not read) and --rebuild-record."""
+    fix = f"rebuild it from llamafactory.yaml and the checkpoints: mpskit train --resume {run_dir} --rebuild-record"
     try:
         data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
-        known = {f.name for f in dataclasses.fields(RunRecord)} - {"other_keys"}
-        other = {key: value for key, value in data.items() if key not in known}
-        return RunRecord(**{key: value for key, value in data.items() if key in known}, other_keys=other)
-    except (OSError, ValueError, TypeError, AttributeError, RecursionError) as err:
-        raise MpskitError(
-            f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})",
-            f"rebuild it from llamafactory.yaml and the checkpoints: mpskit train --resume {run_dir} --rebuild-record",
-        ) from err
+        if not isinstance(data, dict):
+            raise TypeError("not a mapping")
+    except (OSError, ValueError, TypeError, RecursionError) as err:
+        raise MpskitError(f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})", fix) from err
+    if damage := _damage(data, RunRecord, ""):
+        raise MpskitError(f"{run_dir / RECORD} is damaged: {damage}", fix)
+    known = {f.name for f in dataclasses.fields(RunRecord)} - {"other_keys"}
+    other = {key: value for key, value in data.items() if key not in known}
+    return RunRecord(**{key: value for key, value in data.items() if key in known}, other_keys=other)
+
+
+# Keys of the monitor's and the plan's figures (Memory.measured, .predicted, Attempt.measured) that
+# readers do arithmetic with: a number, or numbers in a list or a mapping.
+FIGURE_SUFFIXES = ("_gb", "_s", "_seconds")
+
+
+def _damage(data: dict, cls: type, where: str) -> str | None:
+    """What in DATA (a record section read from JSON) is not of the type CLS gives it; None if all is.
+    Keys CLS does not know are a newer mpskit's and pass; a missing field takes its default, or is
+    damage where it has none."""
+    hints = typing.get_type_hints(cls)
+    for item in dataclasses.fields(cls):
+        name = f"{where}{item.name}"
+        if item.name not in data:
+            no_default = item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING
+            if no_default and item.name != "other_keys":
+                return f"{name} is missing"
+            continue
+        value, hint = data[item.name], hints[item.name]
+        if not _is_of(value, hint):
+            return f"{name} is {json.dumps(value)[:40]}, not {_type_words(hint)}"
+        inner = [h for h in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(h)]
+        if inner and isinstance(value, dict) and (damage := _damage(value, inner[0], f"{name}.")):
+            return damage
+        if hint == list[Attempt]:
+            for number, entry in enumerate(value, start=1):
+                if damage := _damage(entry, Attempt, f"{name}[{number}]."):
+                    return damage
+        if item.name in ("measured", "predicted") and (damage := _figure_damage(value, name)):
+            return damage
+    return None
+
+
+def _figure_damage(figures: dict, where: str) -> str | None:
+    for key, figure in figures.items():
+        numbers = figure.values() if isinstance(figure, dict) else figure if isinstance(figure, list) else [figure]
+        if key.endswith(FIGURE_SUFFIXES) and not all(_is_of(number, float | None) for number in numbers):
+            return f"{where}.{key} is {json.dumps(figure)[:40]}, not a figure"
+    return None
+
+
+def _is_of(value, hint) -> bool:
+    """Whether a value read from JSON is of the type HINT (int | None, list[str], a dataclass: a
+    mapping); a bool is no number, and an int is a float."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(_is_of(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint in (int, float):
+        return isinstance(value, int if hint is int else int | float) and not isinstance(value, bool)
+    if origin is list:
+        return isinstance(value, list) and all(_is_of(entry, args[0]) for entry in value)
+    if dataclasses.is_dataclass(hint):
+        return isinstance(value, dict)
+    return isinstance(value, origin or hint)
+
+
+def _type_words(hint) -> str:
+    words = {str: "text", int: "a whole number", float: "a number", bool: "true or false", dict: "a mapping",
+             type(None): "null"}  # fmt: skip
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        return " or ".join(_type_words(arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is list:
+        return f"a list of {_type_words(typing.get_args(hint)[0]).removeprefix('a ')}s"
+    return words.get(hint, "a mapping")
 
 
 # Anchors are fine; a "billion laughs" of nested aliases (or a cycle) that expands past this is not.
@@ -265,8 +338,20 @@ def read_log(run_dir: Path) -> list[dict]:
             if number == len(lines):
                 break  # cut short as it was written
             raise MpskitError(f"{path}: line {number} is not a log entry", "restore the file or delete that line")
+        if wrong := next((key for key, value in entry.items() if not _is_of(value, _log_type(key))), None):
+            raise MpskitError(f"{path}: line {number}: {wrong} is {json.dumps(entry[wrong])[:40]}, not a number",
+                              "restore the file or delete that line")  # fmt: skip
         entries.append(entry)
     return entries
+
+
+# What LLaMA-Factory logs: numbers (loss, lr, steps, rewards/...), times as text ("0:01:02"), null;
+# the figures mpskit reads are numbers.
+LOG_NUMBERS = ("current_steps", "total_steps", "loss", "eval_loss", "lr", "epoch", "percentage")
+
+
+def _log_type(key: str) -> object:
+    return float | None if key in LOG_NUMBERS or key.startswith(("rewards/", "eval_")) else float | str | None
 
 
 def checkpoints(run_dir: Path) -> list[Path]:

@@ -54,6 +54,8 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("full_run/keep.txt", "two hours of training")
     write("no_ckpt_run/mpskit.json", "{}")
     write("no_ckpt_run/llamafactory.yaml", "stage: sft\n")
+    write("typed_run/mpskit.json", '{"run_name": "r", "stage": "sft", "device": "cpu", "attempts": [{"attempt": "1"}]}')
+    write("typed_run/llamafactory.yaml", "stage: sft\n")
     (work / "not_a_run").mkdir()
     cut = shutil.copytree(model, work / "cut_model") / "model.safetensors"  # a copy cut short
     cut.write_bytes(cut.read_bytes()[:-64])
@@ -225,6 +227,11 @@ CASES = [
      ["<|eot_id|>", "another model family's template"]),
     ("model: a cut safetensors file", ["train", "BASE", "model_name_or_path={w}/cut_model"],
      ["not a readable safetensors file", "incomplete metadata"]),
+    ("resume: a record field of the wrong type", ["train", "--resume", "{w}/typed_run"],
+     ['attempts[1].attempt is "1", not a whole number', "--rebuild-record"]),
+    ("eval: a record field of the wrong type", ["eval", "{w}/typed_run"], ['attempts[1].attempt is "1"']),
+    ("compare: a record field of the wrong type", ["compare", "--out", "{w}/cmp", "{w}/typed_run"],
+     ['attempts[1].attempt is "1"']),
     ("resume with another key", ["train", "--resume", "{w}/not_a_run", "learning_rate=1"],
      ["--resume takes a run directory, and dataset=/eval_dataset="]),
     ("resume: nothing to resume", ["train", "--resume"], ["no run found"]),

@@ -131,11 +131,16 @@ def test_chat_export_and_eval_refuse_a_run_that_stopped_early(tmp_path, tiny_mod
 
 def test_latest_stays_on_the_last_run_that_started(tmp_path, tiny_model):
     good = killed_run(tmp_path, tiny_model, step=3, name="same")
-    cut = tmp_path / "cut-model"  # every file there, the weights cut short: fails only when loaded
-    shutil.copytree(tiny_model, cut)
-    weights = cut / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:-4096])
-    broken = run_mpskit(*WORDS, f"model_name_or_path={cut}", "run_name=same", cwd=tmp_path)
+    from safetensors.torch import load_file, save_file
+
+    odd = tmp_path / "odd-model"  # every file there, one weight of the wrong shape: fails only when loaded
+    shutil.copytree(tiny_model, odd)
+    tensors = load_file(odd / "model.safetensors")
+    key = next(key for key in tensors if key.endswith("q_proj.weight"))
+    tensors[key] = tensors[key][:, :-1].contiguous()
+    save_file(tensors, odd / "model.safetensors", metadata={"format": "pt"})
+    broken = run_mpskit(*WORDS, f"model_name_or_path={odd}", "run_name=same", cwd=tmp_path)
+    assert "size mismatch" in broken.stderr.lower() or "shape" in broken.stderr.lower(), broken.stderr[-2000:]
     assert broken.returncode != 0 and len(list((tmp_path / "output" / "same").iterdir())) == 3
     assert (tmp_path / "output" / "same" / "latest").resolve() == good
 

@@ -4,6 +4,7 @@ import errno
 import json
 import multiprocessing
 import os
+import re
 import time
 from pathlib import Path
 
@@ -341,11 +342,44 @@ def test_a_trainer_log_cut_mid_line_reads_without_its_last_line_and_a_bad_line_i
     log.write_text('{"current_steps": 1, "loss": 2.0}\n[1, 2]\n{"current_steps": 3, "loss": 1.8}\n')
     with pytest.raises(MpskitError, match="line 2 is not a log entry"):
         read_log(tmp_path)
+    log.write_text('{"current_steps": 1, "elapsed_time": "0:00:01"}\n{"current_steps": 2, "loss": "1.9"}\n')
+    with pytest.raises(MpskitError, match='line 2: loss is "1.9", not a number'):
+        read_log(tmp_path)
+    log.write_text('{"current_steps": 1, "rewards/margins": [0.1]}\n{"current_steps": 2}\n')
+    with pytest.raises(MpskitError, match=re.escape("line 1: rewards/margins is [0.1], not a number")):
+        read_log(tmp_path)
 
 
-@pytest.mark.parametrize("text", ["[" * 100_000, '{"run_name": "r", "stage": 7, "device": "cpu", "attempts": [1]}',
-                                  '{"run_name": "r", "stage": "sft", "device": "cpu", "memory": "lots"}'])  # fmt: skip
-def test_a_record_too_deep_or_of_wrong_types_is_damaged_in_one_line(tmp_path, text):
+RECORD_HEAD = '"run_name": "r", "stage": "sft", "device": "cpu"'
+DAMAGED_RECORDS = [
+    ("[" * 100_000, "not a readable run record (RecursionError)"),
+    ("[1, 2]", "not a readable run record (TypeError)"),
+    ('{"run_name": "r", "stage": 7, "device": "cpu"}', "damaged: stage is 7, not text"),
+    ('{"run_name": "r", "device": "cpu"}', "damaged: stage is missing"),
+    (f'{{{RECORD_HEAD}, "memory": "lots"}}', 'damaged: memory is "lots", not a mapping'),
+    (f'{{{RECORD_HEAD}, "attempts": [1]}}', "damaged: attempts is [1], not a list of mappings"),
+    (f'{{{RECORD_HEAD}, "attempts": [{{"attempt": 1, "outcome": 5}}]}}', "damaged: attempts[1].outcome is 5, not text"),
+    (f'{{{RECORD_HEAD}, "attempts": [{{"attempt": "1"}}]}}', 'attempts[1].attempt is "1", not a whole number'),
+    (f'{{{RECORD_HEAD}, "duration": {{"measured_s": "10 s"}}}}', 'duration.measured_s is "10 s", not a number'),
+    (f'{{{RECORD_HEAD}, "memory": {{"measured": {{"training_gb": "1.2"}}}}}}',
+     'memory.measured.training_gb is "1.2", not a figure'),
+    (f'{{{RECORD_HEAD}, "attempts": [{{"attempt": 1, "measured": {{"step_seconds": [0.1, "x"]}}}}]}}',
+     'attempts[1].measured.step_seconds is [0.1, "x"], not a figure'),
+    (f'{{{RECORD_HEAD}, "ladder": {{"free": "lora_rank", "cutoff_floor": 256}}}}',
+     'ladder.free is "lora_rank", not a list of texts'),
+    (f'{{{RECORD_HEAD}, "keep_awake": 1}}', "keep_awake is 1, not true or false"),
+]
+
+
+@pytest.mark.parametrize("text, said", DAMAGED_RECORDS)
+def test_a_record_too_deep_or_of_wrong_types_is_damaged_in_one_line_naming_the_field(tmp_path, text, said):
     (tmp_path / "mpskit.json").write_text(text)
-    with pytest.raises(MpskitError, match="not a readable run record.*--rebuild-record"):
+    with pytest.raises(MpskitError, match=re.escape(said) + ".*--rebuild-record") as caught:
         read_record(tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_record_with_keys_of_a_newer_mpskit_reads_and_keeps_them(tmp_path):
+    (tmp_path / "mpskit.json").write_text(f'{{{RECORD_HEAD}, "ladder": null, "added_later": {{"x": 1}}}}')
+    record = read_record(tmp_path)
+    assert record.ladder is None and record.other_keys == {"added_later": {"x": 1}}

@@ -9,6 +9,7 @@ folder is given, everything they log or print is also written to its train.log, 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import sys
@@ -25,8 +26,10 @@ def is_verbose() -> bool:
     return os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
 
 
-class _Tee:
-    """A stream that writes to several (the terminal and the log file)."""
+class _Tee(io.TextIOBase):
+    """A stream that writes to several (the terminal and the log file). A text stream of io's, so a
+    library that asks it what streams answer (isatty, fileno, encoding) gets a stream's answer: not a
+    terminal, no file descriptor."""
 
     def __init__(self, *streams: TextIO) -> None:
         self.streams = streams
