@@ -113,7 +113,7 @@ def cmd_config(words: list[str]) -> int:
         warn(f"{problem} here ({fix})")
     args = dict(run.args)
     if run.datasets:  # the checks' registration goes at exit: the YAML names one that stays
-        args["dataset_dir"] = str(registration_folder(run.datasets, keep=True))
+        args["dataset_dir"] = str(registration_folder(run.datasets, run.data_files, keep=True))
         warn(f"dataset_dir {args['dataset_dir']} registers the plain data files for this YAML (delete it when "
              "done); mpskit train registers them in the run folder itself")  # fmt: skip
     args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))

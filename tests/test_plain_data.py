@@ -122,10 +122,11 @@ def test_a_data_file_that_moved_is_named_and_the_run_resumes_from_where_it_is_no
 
 def test_a_moved_file_is_refused_unless_it_is_the_data_the_run_registered(tmp_path):
     from mpskit.errors import MpskitError
-    from mpskit.inputs.plain_data import detect_format, moved_to
+    from mpskit.inputs.data_shapes import read_shape
+    from mpskit.inputs.plain_data import moved_to
 
     data = write_jsonl(tmp_path / "a.jsonl", SFT)
-    entries, args = {"a": detect_format(data)[0]}, {"dataset": "a"}
+    entries, args = {"a": {"file_name": str(data), **read_shape(SFT, "a.jsonl").entry}}, {"dataset": "a"}
     pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": "p", "chosen": "c", "rejected": "r"}])
     cases = [
         ({}, {"dataset": "x"}, {"dataset": str(data)}, "reads no plain data file as dataset"),
@@ -166,7 +167,10 @@ def test_a_stage_that_does_not_fit_the_file_is_refused_by_plan_as_by_train(tmp_p
     data = write_jsonl(tmp_path / "answers.jsonl", SFT)
     for command in ("plan", "train"):
         result = run_mpskit(command, *words("dpo", tiny_model, str(data)), cwd=tmp_path)
-        assert result.returncode == 2 and "not a preference set" in result.stderr, (command, result.stderr)
+        line = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 2 and "not what stage dpo trains on" in line, (command, result.stderr)
+        assert "give it rows with prompt, chosen and rejected, or train stage=sft" in line
+        assert not (tmp_path / "output").exists()
 
 
 def test_plain_data_is_registered_in_private_folders_that_plan_leaves_none_of(tmp_path, tiny_model):
@@ -194,4 +198,4 @@ def test_a_fifo_named_as_data_is_refused_without_reading_it(tmp_path):
 
     os.mkfifo(tmp_path / "rows.jsonl")  # reading it would wait for a writer that never comes
     with pytest.raises(MpskitError, match="not a regular file"):
-        register_plain_data({"dataset": str(tmp_path / "rows.jsonl")})
+        register_plain_data({"dataset": str(tmp_path / "rows.jsonl")}, "sft")

@@ -1,7 +1,7 @@
 """What the user gives, read and checked: presets and run files, command-line words, knob values and
 ranges, removed transformers keys, hardware profiles and their MPS variables, the process layout, the
-resolved run, the datasets it names (plain data files registered), the optional packages its keys
-need, and the seed fork's keys. No torch.
+resolved run, the datasets it names (plain data files told by their shape and registered), the
+optional packages its keys need, and the seed fork's keys. No torch.
 
 May import: mpskit.errors, mpskit.stages, mpskit.rundir, and this package.
 """

@@ -1,12 +1,12 @@
 """Plain data files as datasets: `dataset=path/to/train.jsonl` or `dataset=DIR` (train and valid files).
 
 LLaMA-Factory reads datasets only through a dataset_info.json entry. mpskit writes that entry for a
-plain JSON or JSON Lines file, its format told by the first row's columns, as mlx-lm's `--data DIR`
-does: alpaca (instruction/input/output, prompt/completion, prompt/response), messages or
-conversations (sharegpt), prompt/chosen/rejected pairs, KTO rows (prompt/completion/label), text.
-The entries go to a dataset_info.json of mpskit's own (never the package's or the user's): under the
-temporary folder for the checks and the plan, and into the run folder for the run itself
-(recipes/train.py). No torch import.
+plain JSON or JSON Lines file, as mlx-lm's `--data DIR` does, its shape told from its rows
+(data_shapes.py: alpaca, ShareGPT and OpenAI messages, TRL's, UltraFeedback's, HH-RLHF's and
+LLaMA-Factory's preference and KTO layouts, text). The entries, and the rows converted where no
+mapping reads a shape, go to a folder of mpskit's own (never the package's or the user's): a private
+temporary one for the checks and the plan, the run folder for the run itself (recipes/train.py).
+No torch import.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ import tempfile
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.inputs.data_shapes import DEFAULT_STAGE, for_stage, read_shape
 from mpskit.inputs.dataset_checks import NOT_A_FILE, read_rows
 from mpskit.rundir import DATASET_INFO, write_atomic
+from mpskit.stages import stage_of
 from mpskit.temporary import private_folder
 
 SUFFIXES = (".jsonl", ".json")
 TRAIN_NAMES = ("train",)
 VALID_NAMES = ("valid", "validation", "val", "eval", "test")
-ROLE_TAGS = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
-             "system_tag": "system"}  # fmt: skip
 
 
 def _is_path(name: str) -> bool:
@@ -36,47 +36,6 @@ def _is_path(name: str) -> bool:
 
 def _split_names(value) -> list[str]:
     return [name.strip() for name in str(value or "").split(",") if name.strip()]
-
-
-def _turns_tags(turns) -> dict:
-    """sharegpt tags for turns of {role, content} (OpenAI's messages); {} for {from, value}."""
-    first = turns[0] if isinstance(turns, list) and turns and isinstance(turns[0], dict) else {}
-    return {"tags": dict(ROLE_TAGS)} if "role" in first else {}
-
-
-def detect_format(path: Path) -> tuple[dict, str]:
-    """(the dataset_info.json entry, the format in words) for a file, from its first row's columns."""
-    rows = read_rows(path)
-    first = rows[0] if rows and isinstance(rows[0], dict) else {}
-    columns = set(first)
-    entry: dict = {"file_name": str(path)}
-    if "messages" in columns or "conversations" in columns:
-        key = "messages" if "messages" in columns else "conversations"
-        entry |= {"formatting": "sharegpt", "columns": {"messages": key}, **_turns_tags(first[key])}
-        return entry, f"{key} (sharegpt)"
-    prompt = next((key for key in ("instruction", "prompt", "question") if key in columns), None)
-    query = {"query": "input"} if "input" in columns else {}
-    system = {"system": "system"} if "system" in columns else {}
-    if prompt and {"chosen", "rejected"} <= columns:
-        entry |= {"ranking": True, "columns": {"prompt": prompt, **query, "chosen": "chosen", "rejected": "rejected",
-                                               **system}}  # fmt: skip
-        return entry, f"preference pairs ({prompt}, chosen, rejected)"
-    response = next((key for key in ("output", "completion", "response", "answer") if key in columns), None)
-    tag = next((key for key in ("label", "kto_tag") if key in columns), None)
-    if prompt and response and tag:
-        entry |= {"columns": {"prompt": prompt, **query, "response": response, "kto_tag": tag, **system}}
-        return entry, f"KTO ({prompt}, {response}, {tag})"
-    if prompt and response:
-        entry |= {"columns": {"prompt": prompt, **query, "response": response, **system}}
-        return entry, f"alpaca ({', '.join([prompt, *query.values(), response])})"
-    if "text" in columns:
-        entry |= {"columns": {"prompt": "text"}}
-        return entry, "plain text (text)"
-    raise MpskitError(
-        f"cannot tell the format of {path} from its columns ({', '.join(sorted(columns)) or 'none'})",
-        "give instruction/input/output, prompt/completion, messages, prompt/chosen/rejected or text columns, "
-        "or register it in a dataset_info.json of your own (dataset_dir=...)",
-    )
 
 
 def _split_file(folder: Path, names: tuple[str, ...]) -> Path | None:
@@ -120,14 +79,16 @@ def _entry_name(path: Path, taken: set[str]) -> str:
     return name
 
 
-def register_plain_data(user: dict) -> tuple[dict, dict]:
-    """(the user's settings with plain files replaced by registered names and dataset_dir, the entries);
-    unchanged and {} when the datasets are names. A folder's valid file is the eval_dataset unless the
-    user gives one or a val_size."""
+def register_plain_data(user: dict, stage: str | None) -> tuple[dict, dict, dict]:
+    """(the user's settings with plain files replaced by registered names and dataset_dir, the
+    entries, the converted files: name -> JSON Lines text); unchanged and {} when the datasets are
+    names. Each file is read as its shape (data_shapes.py) as STAGE trains it; with no stage, the
+    stage follows the training data and is set in the settings. A folder's valid file is the
+    eval_dataset unless the user gives one or a val_size."""
     given = {key: _split_names(user.get(key)) for key in ("dataset", "eval_dataset")}
     paths = {key: [name for name in names if _is_path(name)] for key, names in given.items()}
     if not any(paths.values()):
-        return user, {}
+        return user, {}, {}
     for key, names in given.items():
         if paths[key] and len(paths[key]) != len(names):
             raise MpskitError(
@@ -141,27 +102,44 @@ def register_plain_data(user: dict) -> tuple[dict, dict]:
         )
     with_valid = not (user.get("eval_dataset") or user.get("val_size"))  # the user's evaluation wins
     files = [pair for key, names in paths.items() for name in names for pair in _files(name, key, with_valid)]
-    entries, chosen = {}, {"dataset": [], "eval_dataset": []}
-    for key, path in files:
-        name = _entry_name(path, set(entries))
-        entries[name], words = detect_format(path)
-        chosen[key].append(name)
-        print(f"mpskit: {key} {path}: {words}, registered as '{name}'", file=sys.stderr)
+    shapes = [(key, path, read_shape(read_rows(path), str(path))) for key, path in files]
     user = dict(user)
+    if stage is None and shapes[0][0] == "dataset":
+        stage = user["stage"] = DEFAULT_STAGE[shapes[0][2].kind]
+        print(f"mpskit: stage {stage}, as {shapes[0][1].name} holds {shapes[0][2].words}", file=sys.stderr)
+    entries, converted, chosen = {}, {}, {"dataset": [], "eval_dataset": []}
+    for key, path, shape in shapes:
+        name = _entry_name(path, set(entries))
+        shape, line = for_stage(shape, stage, stage_of(stage).rows, str(path)) if stage else (shape, None)
+        if shape.bad and sum(shape.bad.values()) == shape.rows:
+            raise MpskitError(f"{path}: no row reads as {shape.words} ({shape.why()})",
+                              "fix the rows, or name the columns in a dataset_info.json of your own")  # fmt: skip
+        if shape.converted is None:
+            entries[name] = {"file_name": str(path), **shape.entry}
+        else:
+            entries[name] = {"file_name": f"{name}.jsonl", **shape.entry}
+            converted[f"{name}.jsonl"] = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in shape.converted)
+        chosen[key].append(name)
+        print(f"mpskit: {key} {path}: {shape.said()}, registered as '{name}'", file=sys.stderr)
+        if line:
+            print(f"mpskit: {line}", file=sys.stderr)
     for key, names in chosen.items():
         if names:
             user[key] = ",".join(names)
     if chosen["eval_dataset"] and not paths["eval_dataset"] and "eval_strategy" not in user:
         user["eval_strategy"] = "epoch"  # a folder's valid file is there to be evaluated on, as in mlx-lm
-    user["dataset_dir"] = str(registration_folder(entries))
-    return user, entries
+    user["dataset_dir"] = str(registration_folder(entries, converted))
+    return user, entries, converted
 
 
-def registration_folder(entries: dict, keep: bool = False) -> Path:
-    """A private folder holding a dataset_info.json of these entries, for the checks and the plan,
-    removed at exit (a run writes its own into its folder); with KEEP it stays (`mpskit config`)."""
+def registration_folder(entries: dict, converted: dict, keep: bool = False) -> Path:
+    """A private folder holding a dataset_info.json of these entries and the CONVERTED files, for the
+    checks and the plan, removed at exit (a run writes its own into its folder); with KEEP it stays
+    (`mpskit config`)."""
     try:
         folder = private_folder("mpskit-data-", keep)
+        for name, text in converted.items():
+            write_atomic(folder / name, text)
         write_atomic(folder / DATASET_INFO, dataset_info_text(entries))
     except OSError as err:
         raise MpskitError(
@@ -176,8 +154,10 @@ def dataset_info_text(entries: dict) -> str:
 
 
 def row_counts(entries: dict) -> dict[str, int]:
-    """Each registered file's rows, recorded with the run: a file that moves is checked against them."""
-    return {name: len(read_rows(Path(entry["file_name"]))) for name, entry in entries.items()}
+    """Each registered file's rows, recorded with the run: a file that moves is checked against them
+    (a converted file is the run folder's own)."""
+    return {name: len(read_rows(Path(entry["file_name"])))
+            for name, entry in entries.items() if Path(entry["file_name"]).is_absolute()}  # fmt: skip
 
 
 def moved_to(entries: dict, rows: dict, args: dict, new_paths: dict[str, str], run: Path) -> dict:
@@ -195,27 +175,30 @@ def moved_to(entries: dict, rows: dict, args: dict, new_paths: dict[str, str], r
             raise MpskitError(f"{key}={value} names {len(paths)} file(s); the run registered {registered}",
                               f"give {len(names)} path(s), comma-separated, in that order")  # fmt: skip
         for name, given in zip(names, paths, strict=True):
-            entries[name]["file_name"] = _same_data(Path(given).expanduser().absolute(), entries[name], rows.get(name))
+            if not Path(entries[name]["file_name"]).is_absolute():
+                raise MpskitError(f"{key}={value}: the run trains on its own converted copy of its data",
+                                  f"resume it as it is: mpskit train --resume {run}")  # fmt: skip
+            path = Path(given).expanduser().absolute()
+            entries[name]["file_name"] = _same_data(path, entries[name], rows.get(name), str(args.get("stage", "sft")))
     for key in ("dataset", "eval_dataset"):
         for name in _split_names(args.get(key)):
             gone = entries.get(name, {}).get("file_name")
-            if gone and not Path(gone).is_file():
+            if gone and Path(gone).is_absolute() and not Path(gone).is_file():
                 fix = f"resume with it where it is now: mpskit train --resume {run} {key}=NEWPATH"
                 raise MpskitError(f"{gone} is gone: the run trained on it as {key}", fix)
     return entries
 
 
-def _same_data(path: Path, entry: dict, rows: int | None) -> str:
-    """PATH, where it holds data of ENTRY's format and ROWS rows (not counted in a run recorded before
-    mpskit counted them)."""
+def _same_data(path: Path, entry: dict, rows: int | None, stage: str) -> str:
+    """PATH, where STAGE reads it as the run registered ENTRY, with ROWS rows (not counted in a run
+    recorded before mpskit counted them)."""
     if not path.is_file():
         raise MpskitError(f"{path}: no such file", "give the file's path where it is now")
-    found, words = detect_format(path)
-    if {**found, "file_name": ""} != {**entry, "file_name": ""}:
-        raise MpskitError(f"{path} reads as {words}, not in the columns the run registered for {entry['file_name']}",
-                          "give the file the run trained on")  # fmt: skip
-    count = len(read_rows(path))
-    if rows is not None and count != rows:
-        raise MpskitError(f"{path} holds {count} rows; the run trained on {rows}",
+    shape, _ = for_stage(read_shape(read_rows(path), str(path)), stage, stage_of(stage).rows, str(path))
+    if {**shape.entry, "file_name": ""} != {**entry, "file_name": ""}:
+        raise MpskitError(f"{path} reads as {shape.words}, not in the columns the run registered for "
+                          f"{entry['file_name']}", "give the file the run trained on")  # fmt: skip
+    if rows is not None and shape.rows != rows:
+        raise MpskitError(f"{path} holds {shape.rows} rows; the run trained on {rows}",
                           "give the file the run trained on, or train a new run on this one")  # fmt: skip
     return str(path)

@@ -67,6 +67,7 @@ class ResolvedRun:
     preset: str | None = None  # the stage preset merged in; None: the user's settings are the run's
     given: dict = field(default_factory=dict)  # the user's LLaMA-Factory keys, as given
     datasets: dict = field(default_factory=dict)  # plain data files' dataset_info.json entries (plain_data.py)
+    data_files: dict = field(default_factory=dict)  # the rows converted for them: file name -> JSON Lines
 
     @property
     def world_size(self) -> int:
@@ -259,11 +260,11 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         del user[key]
     seed_fork.check_keys(user)
     given = dict(user)
-    user, datasets = register_plain_data(user)
     preset = _stage_preset(own, user, run_file)
-    stage = _check_stage(user.get("stage"), user) if user.get("stage") or not preset else None
     stage_args, _, layers = _preset("stages", preset) if preset else ({}, {}, [])
-    stage = stage or _check_stage(stage_args.get("stage"), user)
+    asked = user.get("stage") or stage_args.get("stage")
+    user, datasets, data_files = register_plain_data(user, _check_stage(asked, user) if asked else None)
+    stage = _check_stage(user.get("stage") or stage_args.get("stage"), user)
     model_args, dims = {}, {}
     if own.get("model_preset"):
         model_args, model_data, model_files = _preset("models", str(own["model_preset"]))
@@ -314,6 +315,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         preset=preset,
         given=given,
         datasets=datasets,
+        data_files=data_files,
     )
 
 

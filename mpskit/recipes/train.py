@@ -80,7 +80,7 @@ def _write_claimed(
     files = {}
     if run.datasets:  # plain data files: registered in the run folder itself
         args["dataset_dir"] = args["output_dir"]
-        files[DATASET_INFO] = dataset_info_text(run.datasets)
+        files = {**run.data_files, DATASET_INFO: dataset_info_text(run.datasets)}
     changed = say_changes(run, args)
     record = RunRecord(
         run_name=run.run_name,
