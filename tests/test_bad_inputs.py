@@ -214,7 +214,7 @@ CASES = [
     ("output_dir holds files", ["train", "BASE", "output_dir={w}/full_run"], ["already holds files"]),
     ("output_dir under a file", ["train", "BASE", "output_dir={w}/a_file/run"], ["cannot create the run directory"]),
     ("resume: not a run", ["train", "--resume", "{w}/not_a_run"], ["not an mpskit run directory"]),
-    ("resume: unreadable record", ["train", "--resume", "{w}/no_ckpt_run"], ["not a readable run record"]),
+    ("resume: unreadable record", ["train", "--resume", "{w}/no_ckpt_run"], ["is damaged: run_name is missing"]),
     ("lora_target: no such module", ["train", "BASE", "lora_target=q_proj,nonexistent_proj"],
      ["has no module 'nonexistent_proj'", "q_proj", "lora_target=all"]),
     ("lora_target: a norm", ["train", "BASE", "lora_target=input_layernorm"], ["not a linear layer"]),
@@ -456,7 +456,7 @@ CASES = [
     ("oom_ladder not keep or adapt", ["train", "BASE", "oom_ladder=sometimes"], ["oom_ladder='sometimes'", "adapt"]),
     ("export -o a dangling link", ["export", "{w}/not_a_run", "-o", "{w}/dangling"], ["is a link"]),
     ("export of a folder that is not a run", ["export", "{w}/not_a_run", "-o", "{w}/merged"], ["not an mpskit run"]),
-    ("chat with a broken record", ["chat", "{w}/no_ckpt_run"], ["not a readable run record"]),
+    ("chat with a broken record", ["chat", "{w}/no_ckpt_run"], ["is damaged: run_name is missing"]),
     ("compare over an earlier comparison", ["compare", "--out", "{w}/compared", "{w}/not_a_run"],
      ["already holds comparison.md", "new folder"]),
     pytest.param(

@@ -13,7 +13,7 @@ from mpskit.errors import MpskitError
 from mpskit.inputs.data_shapes import for_stage, read_shape
 
 SHAPES = ROOT / "tests" / "data" / "shapes"
-# file -> (the stage its rows train, what mpskit says it read)
+# file -> (the stage its rows train when none is named, what mpskit says it read)
 EXPECTED = {
     "ultrafeedback_binarized.jsonl": ("dpo", "preference, whole conversations chosen and rejected"),
     "trl_conversational_preference.jsonl": ("dpo", "preference, prompt and answers as messages (TRL conversational)"),
@@ -28,6 +28,8 @@ EXPECTED = {
     "alpaca_history.json": ("sft", "alpaca (instruction, input, output, history)"),
 }
 WORDS = ["template=qwen", "cutoff_len=64", "logging_steps=1", "eval_strategy=no", "save_strategy=no"]
+# The other stages preference rows serve, each trained on one shape (the rest name no stage).
+NAMED_STAGE = {"hh_rlhf.jsonl": "rm", "trl_implicit_prompt.jsonl": "foodpo"}
 
 
 def rows_of(name: str) -> list:
@@ -52,9 +54,13 @@ def test_every_shape_is_told_from_its_rows_with_every_row_read():
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_a_shape_plans_trains_its_stage_and_reads_as_plain_llamafactory_reads_it(name, tmp_path, tiny_model):
     stage, words = EXPECTED[name]
-    given = [f"model_name_or_path={tiny_model}", f"dataset={SHAPES / name}", *WORDS]  # no stage: the data's
+    given = [f"model_name_or_path={tiny_model}", f"dataset={SHAPES / name}", *WORDS]
+    if name in NAMED_STAGE:
+        stage = NAMED_STAGE[name]
+        given.append(f"stage={stage}")
     plan = run_mpskit("plan", *given, cwd=tmp_path)
-    assert words in plan.stderr and f"mpskit: stage {stage}, as {name} holds" in plan.stderr, plan.stderr[-2000:]
+    assert words in plan.stderr, plan.stderr[-2000:]
+    assert (f"mpskit: stage {stage}, as {name} holds" in plan.stderr) == (name not in NAMED_STAGE)
     trained = run_mpskit("train", *given, "max_steps=2", "run_name=shape", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     run_dir = (tmp_path / "output" / "shape" / "latest").resolve()
@@ -63,6 +69,8 @@ def test_a_shape_plans_trains_its_stage_and_reads_as_plain_llamafactory_reads_it
     ours = losses(run_dir)
     assert len(ours) == 2 and all(loss == loss for loss in ours)
 
+    if stage == "foodpo":
+        return  # LLaMA-Factory has no fooDPO: tests/test_foodpo_e2e.py compares it with DPO on the same data
     reference = tmp_path / "cli"  # LLaMA-Factory alone, on the folder's dataset_info.json and files
     plain = run_llamafactory_cli("train", str(run_dir / "llamafactory.yaml"), f"output_dir={reference}",
                                  f"dataset_dir={run_dir}", "max_steps=1", cwd=tmp_path)  # fmt: skip

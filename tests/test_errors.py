@@ -113,8 +113,8 @@ def error_lines(stderr: str) -> list[str]:
 @pytest.mark.parametrize(
     "words, needles",
     [
-        (["lora_target=nonexistent_proj"], ["peft (ValueError): Target modules", "lora_target=nonexistent_proj"]),
-        (["streaming=true", "max_samples=4"], ["llamafactory (ValueError)", "incompatible with `streaming`"]),
+        (["lr_scheduler_type=cosine_with_min_lr"], ["transformers (ValueError)", "min_lr"]),
+        (["preprocessing_num_workers=0"], ["datasets (ValueError)", "num_proc must be an integer > 0"]),
         (["load_best_model_at_end=true", "save_strategy=steps", "eval_strategy=epoch", "eval_dataset=demo_sft_eval"],
          ["transformers (ValueError)", "change load_best_model_at_end=true"]),
     ],

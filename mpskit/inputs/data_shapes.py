@@ -250,9 +250,10 @@ def _implicit_text_pair(row: dict) -> dict:
     chosen, rejected = row.get("chosen"), row.get("rejected")
     if not _text(chosen) or not _text(rejected):
         raise _BadRow("an empty answer")
-    end = next((i for i, (a, b) in enumerate(zip(chosen, rejected, strict=False)) if a != b), None)
-    if end is None:
+    if chosen.strip() == rejected.strip():
         raise _BadRow("chosen is the rejected answer")
+    shorter = min(len(chosen), len(rejected))
+    end = next((i for i, (a, b) in enumerate(zip(chosen, rejected, strict=False)) if a != b), shorter)
     if end and chosen[end - 1] == " ":
         end -= 1
     if not chosen[:end].strip():

@@ -260,9 +260,10 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         del user[key]
     seed_fork.check_keys(user)
     given = dict(user)
+    named = _check_stage(user["stage"], user) if user.get("stage") else None
     preset = _stage_preset(own, user, run_file)
     stage_args, _, layers = _preset("stages", preset) if preset else ({}, {}, [])
-    asked = user.get("stage") or stage_args.get("stage")
+    asked = named or stage_args.get("stage")  # none: the training data's (plain files), else refused
     user, datasets, data_files = register_plain_data(user, _check_stage(asked, user) if asked else None)
     stage = _check_stage(user.get("stage") or stage_args.get("stage"), user)
     model_args, dims = {}, {}
