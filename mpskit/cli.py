@@ -100,7 +100,7 @@ def cmd_config(words: list[str]) -> int:
     from mpskit.inputs.plain_data import registration_folder
     from mpskit.recipes.changes import say_changes
     from mpskit.recipes.checks import check_with_engine, prepare
-    from mpskit.rundir import WRITABLE_FILE, check_file_target, new_run_dir
+    from mpskit.rundir import cannot_write, check_file_target, new_run_dir
 
     force = "--force" in words
     run, output = _resolve_from_words([word for word in words if word != "--force"])
@@ -122,7 +122,7 @@ def cmd_config(words: list[str]) -> int:
         try:
             lf.write_yaml(args, output)
         except OSError as err:
-            raise MpskitError(f"cannot write {output} ({err.strerror})", WRITABLE_FILE) from None
+            raise cannot_write(Path(output), err, "-o") from None
         print(f"mpskit: wrote {output}", file=sys.stderr)
         own = [f"{key}={str(args[key]).lower()}" for key in lf.LEAN_KEYS if key in run.pinned and key in args]
         if own:  # llamafactory-cli would refuse them in the file, so they are not there

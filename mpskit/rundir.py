@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import errno
 import fcntl
 import json
 import os
 import re
+import shutil
 import stat
 import sys
 import types
@@ -153,12 +155,64 @@ def write_atomic(path: Path, text: str) -> None:
         temporary.unlink(missing_ok=True)
 
 
-WRITABLE_FILE = "give -o a file in a folder you can write"
+MIN_FREE_BYTES = 1024**2  # a folder with less free is full for every writer (config -o, eval, export...)
+# What an error number means for a path about to be written, and the fix (WHAT: the option that named it).
+WRITE_ERRORS = {
+    errno.ENOSPC: ("its disk is full", "free some space, or give {what} a path on another disk"),
+    errno.EDQUOT: ("its disk quota is used up", "free some space, or give {what} a path on another disk"),
+    errno.EROFS: ("its file system is read-only", "give {what} a path on a disk you can write"),
+    errno.EACCES: ("it is not writable for this user", "give {what} a path in a folder you can write"),
+    errno.EPERM: ("it is not writable for this user", "give {what} a path in a folder you can write"),
+    errno.ENAMETOOLONG: ("the name is longer than its file system takes", "give {what} a shorter name"),
+    errno.ENOTDIR: ("a part of it is a file, not a folder", "give {what} a path in a folder"),
+    errno.EISDIR: ("it is a folder", "give {what} a file name"),
+}
 
 
-def make_new_folder(path: Path) -> Path:
+def cannot_write(path: Path, err: OSError, what: str) -> MpskitError:
+    """The one line for any writer whose write of PATH failed with ERR."""
+    reason, fix = WRITE_ERRORS.get(err.errno, (err.strerror or type(err).__name__, "give {what} another path"))
+    return MpskitError(f"cannot write {path}: {reason}", fix.format(what=what))
+
+
+def check_output_path(path: Path, what: str) -> None:
+    """Before any writer writes PATH (a file or a folder; WHAT names the option for the fix): no link
+    at PATH, every name in it within the file system's NAME_MAX and the whole within PATH_MAX, the
+    nearest folder above it (it may not exist yet) a writable folder on a file system that is not
+    read-only or full. One line each, the path and the reason."""
+    absolute = Path(os.path.abspath(path))
+    root = Path(absolute.anchor)  # the names are checked before any of them is looked up
+    name_max, path_max = _pathconf(root, "PC_NAME_MAX", 255), _pathconf(root, "PC_PATH_MAX", 4096)
+    too_long = any(len(os.fsencode(part)) > name_max for part in absolute.parts)
+    if too_long or len(os.fsencode(str(absolute))) >= path_max:
+        raise cannot_write(path, OSError(errno.ENAMETOOLONG, ""), what)
+    if absolute.is_symlink():
+        raise MpskitError(f"{path} is a link", f"give {what} a path that is no link: mpskit never writes through one")
+    above = next(folder for folder in absolute.parents if folder.exists())
+    if not above.is_dir():
+        raise cannot_write(path, OSError(errno.ENOTDIR, ""), what)
+    if os.statvfs(above).f_blocks == 0:
+        raise MpskitError(f"cannot write {path}: {above} is not on a disk (a virtual file system such as /proc)",
+                          f"give {what} a path on a disk")  # fmt: skip
+    if os.statvfs(above).f_flag & os.ST_RDONLY:
+        raise cannot_write(path, OSError(errno.EROFS, ""), what)
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise cannot_write(path, OSError(errno.EACCES, ""), what)
+    if shutil.disk_usage(above).free < MIN_FREE_BYTES:
+        raise cannot_write(path, OSError(errno.ENOSPC, ""), what)
+
+
+def _pathconf(folder: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError):
+        return default
+
+
+def make_new_folder(path: Path, what: str = "the run") -> Path:
     """PATH made by this process alone (PATH-2, PATH-3... when it exists): two commands started in the
     same second never share a folder named by the time."""
+    check_output_path(path, what)
     path.parent.mkdir(parents=True, exist_ok=True)
     made, tries = path, 1
     while True:
@@ -177,9 +231,10 @@ def check_file_target(path: Path, force: bool) -> None:
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:
+        check_output_path(path, "-o")
         return
-    except OSError as err:  # below a file, no permission
-        raise MpskitError(f"{path} cannot be written ({err.strerror})", WRITABLE_FILE) from None
+    except OSError as err:  # below a file, no permission, a name too long
+        raise cannot_write(path, err, "-o") from None
     if not stat.S_ISREG(mode):
         raise MpskitError(f"{path} is not a regular file", "give -o a new file (--force replaces only a regular file)")
     if not force:
@@ -486,6 +541,7 @@ def claim_run_dir(run_name: str, output_dir: str | None, root: str | Path = "out
         if container:
             raise MpskitError(f"the run folder {path} would be inside {_model_or_run(container)} {container}",
                               "choose another run_name or output_dir")  # fmt: skip
+        check_output_path(path, "run_name or output_dir")
         path.mkdir(parents=True, exist_ok=True)
         try:
             os.close(os.open(path / RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))

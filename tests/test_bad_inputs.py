@@ -1,6 +1,7 @@
 """Every bad input: exit code 2, one line naming the problem and the fix, no traceback, and nothing
 that was there before is changed. Plus fuzzing of the config loader and merger (hypothesis)."""
 
+import errno
 import hashlib
 import importlib.util
 import json
@@ -232,6 +233,17 @@ CASES = [
     ("eval: a record field of the wrong type", ["eval", "{w}/typed_run"], ['attempts[1].attempt is "1"']),
     ("compare: a record field of the wrong type", ["compare", "--out", "{w}/cmp", "{w}/typed_run"],
      ['attempts[1].attempt is "1"']),
+    ("config -o a name too long", ["config", "BASE", "-o", "{w}/" + "a" * 300 + ".yaml"],
+     ["longer than its file system takes", "give -o a shorter name"]),
+    ("config -o in /proc", ["config", "BASE", "-o", "/proc/run.yaml"], ["not on a disk", "give -o a path on a disk"]),
+    ("compare --out a name too long", ["compare", "--out", "{w}/" + "a" * 300, "{w}/not_a_run"],
+     ["longer than its file system takes", "give --out a shorter name"]),
+    ("compare --out a file", ["compare", "--out", "{w}/a_file", "{w}/not_a_run"], ["is a file", "give --out a folder"]),
+    ("tiny-model into a file", ["tiny-model", "{w}/a_file"], ["not an empty folder"]),
+    ("tiny-model under a file", ["tiny-model", "{w}/a_file/model"], ["a part of it is a file, not a folder"]),
+    ("export -o a name too long", ["export", "{w}/not_a_run", "-o", "{w}/" + "b" * 300],
+     ["longer than its file system takes"]),
+    ("run_name too long", ["train", "BASE", "run_name=" + "r" * 300], ["run_name is 300 characters long"]),
     ("resume with another key", ["train", "--resume", "{w}/not_a_run", "learning_rate=1"],
      ["--resume takes a run directory, and dataset=/eval_dataset="]),
     ("resume: nothing to resume", ["train", "--resume"], ["no run found"]),
@@ -397,7 +409,7 @@ CASES = [
     ("config onto a FIFO", ["config", "BASE", "-o", "{w}/fifo", "--force"], ["fifo is not a regular file"]),
     ("config onto a link", ["config", "BASE", "-o", "{w}/link_to_file", "--force"], ["link_to_file is not a regular"]),
     ("config onto a folder", ["config", "BASE", "-o", "{w}", "--force"], ["is not a regular file"]),
-    ("config below a file", ["config", "BASE", "-o", "{w}/a_file/x.yaml"], ["cannot be written (Not a directory)"]),
+    ("config below a file", ["config", "BASE", "-o", "{w}/a_file/x.yaml"], ["a part of it is a file, not a folder"]),
     ("config under /proc", ["config", "BASE", "-o", "/proc/mpskit.yaml"], ["cannot write /proc/mpskit.yaml"]),
     ("resume from a missing checkpoint", ["train", "BASE", "resume_from_checkpoint={w}/nope"], ["not a folder"]),
     (
@@ -570,3 +582,26 @@ def test_disk_space_is_checked_before_training(tmp_path, monkeypatch):
     monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 3 * GB})())
     with pytest.raises(MpskitError, match="free"):  # full fine-tuning checkpoints hold the whole model
         checks.check_disk(full)
+
+
+@pytest.mark.parametrize(
+    "number, said",
+    [(errno.ENOSPC, "its disk is full; free some space"), (errno.EROFS, "its file system is read-only"),
+     (errno.ENAMETOOLONG, "the name is longer than its file system takes")],
+)  # fmt: skip
+def test_a_write_that_fails_is_one_line_naming_the_path_and_why(number, said, tmp_path, monkeypatch, capsys,
+                                                                tiny_model):
+    """The writer itself fails (a disk that fills, a remount read-only): the one mapping of the error
+    number that every writer uses turns it into the line."""
+    from mpskit.cli import main
+    from mpskit.engine import lf
+
+    def failing_write(path, text):
+        raise OSError(number, os.strerror(number))
+
+    monkeypatch.setattr(lf, "write_atomic", failing_write)
+    monkeypatch.chdir(tmp_path)
+    assert main(["config", *base(tiny_model), "-o", str(tmp_path / "run.yaml")]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mpskit: error:")]
+    assert line.startswith(f"mpskit: error: cannot write {tmp_path / 'run.yaml'}: {said}"), line
+    assert not (tmp_path / "run.yaml").exists()

@@ -207,6 +207,9 @@ def _evaluation_for_own_data(args: dict, user: dict, stage_args: dict) -> None:
     )
 
 
+RUN_NAME_MAX = 200  # a folder name (NAME_MAX, 255 bytes on macOS and Linux), with room for its suffixes
+
+
 def _check_run_name(name: str) -> str:
     """A run name is one folder inside output/: no separators, no `..`, not absolute."""
     if not RUN_NAME.fullmatch(name):
@@ -214,6 +217,9 @@ def _check_run_name(name: str) -> str:
             f"run_name {name!r} would leave output/ or is not a plain folder name",
             "use letters, digits, '.', '_' and '-', starting with a letter or digit",
         )
+    if len(name) > RUN_NAME_MAX:
+        raise MpskitError(f"run_name is {len(name)} characters long; a folder name takes at most {RUN_NAME_MAX}",
+                          "give a shorter run_name")  # fmt: skip
     return name
 
 

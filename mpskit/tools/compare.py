@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.rundir import RunDir
+from mpskit.rundir import RunDir, cannot_write, check_output_path
 
 COLUMNS = ("run", "stage", "pref_beta_scale", "final_train_loss", "eval_rewards/accuracies",
            "eval_rewards/margins", "mean_dynamic_beta")  # fmt: skip
@@ -48,17 +48,23 @@ OUTPUTS = ("comparison.csv", "comparison.md", "comparison.png")
 
 def compare(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
     out = Path(out_dir)
+    check_output_path(out, "--out")
+    if out.exists() and not out.is_dir():
+        raise MpskitError(f"{out} is a file", "give --out a folder")
     there = [name for name in OUTPUTS if (out / name).exists() or (out / name).is_symlink()]
     if there:
         raise MpskitError(f"{out} already holds {', '.join(there)}", "give --out a new folder; mpskit never overwrites")
     runs = [summarise_run(Path(d).resolve()) for d in run_dirs]
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "comparison.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(COLUMNS)
-        writer.writerows([[run[c] for c in COLUMNS] for run in runs])
-    (out / "comparison.md").write_text(markdown_table(COLUMNS, runs))
-    _plot(runs, out / "comparison.png")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "comparison.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(COLUMNS)
+            writer.writerows([[run[c] for c in COLUMNS] for run in runs])
+        (out / "comparison.md").write_text(markdown_table(COLUMNS, runs))
+        _plot(runs, out / "comparison.png")
+    except OSError as err:
+        raise cannot_write(out, err, "--out") from None
     return out
 
 

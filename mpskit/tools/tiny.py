@@ -12,6 +12,7 @@ from pathlib import Path
 from mpskit.errors import MpskitError
 from mpskit.inputs.presets import demo_data_dir, preset_model_dir
 from mpskit.run.quiet import is_verbose
+from mpskit.rundir import cannot_write, check_output_path
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2's chat template (system prompt default, no tools), as in Qwen2.5's tokenizer_config.json.
@@ -59,8 +60,9 @@ def build_tiny_model(
     the same tokenizer, as the memory bench uses; a vocab_size above the tokenizer's leaves the extra
     embedding rows unused, as in Qwen's own checkpoints."""
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise MpskitError(f"{out} already exists and is not empty", "choose another directory or use it as is")
+    check_output_path(out, "the model folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise MpskitError(f"{out} already exists and is not an empty folder", "choose another folder or use it as is")
     data = Path(data_dir) if data_dir else demo_data_dir()
     if not data.is_dir():
         raise MpskitError(f"data directory {data} not found", "pass --data DIR with the demo datasets")
@@ -101,9 +103,12 @@ def build_tiny_model(
         **shape,
     )
     model = Qwen2ForCausalLM(config)
-    out.mkdir(parents=True, exist_ok=True)
     if not is_verbose():
         hf_logging.disable_progress_bar()  # "Writing model shards" for one small file
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    except OSError as err:
+        raise cannot_write(out, err, "the model folder") from None
     return out

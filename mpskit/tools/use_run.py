@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.run.quiet import library_output
-from mpskit.rundir import RunDir, latest_run_dir
+from mpskit.rundir import RunDir, check_output_path, latest_run_dir
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 EXPORT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # else float32: what the run trained in
@@ -94,8 +94,7 @@ def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bo
     complete, and removed on any other end (an error, Ctrl-C, SIGTERM), so a killed export leaves no
     folder that looks like a model."""
     out = Path(os.path.abspath(Path(out_dir).expanduser()))
-    if out.is_symlink():
-        raise MpskitError(f"{out} is a link", "give -o a new folder (mpskit never writes through a link)")
+    check_output_path(out, "-o")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise MpskitError(f"{out} already exists and is not an empty folder", "give -o a new folder")
     run = open_trained(run_dir, allow_unfinished)
