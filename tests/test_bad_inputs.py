@@ -58,6 +58,8 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("typed_run/mpskit.json", '{"run_name": "r", "stage": "sft", "device": "cpu", "attempts": [{"attempt": "1"}]}')
     write("typed_run/llamafactory.yaml", "stage: sft\n")
     (work / "not_a_run").mkdir()
+    no_type = shutil.copytree(model, work / "no_type_model") / "config.json"
+    no_type.write_text(json.dumps({k: v for k, v in json.loads(no_type.read_text()).items() if k != "model_type"}))
     cut = shutil.copytree(model, work / "cut_model") / "model.safetensors"  # a copy cut short
     cut.write_bytes(cut.read_bytes()[:-64])
     files["cut_model"] = cut.parent
@@ -105,8 +107,8 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("rows.jsonl", '{"instruction": "1+1?", "output": "2"}\n')
     os.mkfifo(work / "pipe.yaml")
     write("bad_config_model/config.json", "{ not json")
-    write("config_only_model/config.json", "{}")
-    write("no_tokenizer_model/config.json", "{}")
+    write("config_only_model/config.json", '{"model_type": "qwen2"}')
+    write("no_tokenizer_model/config.json", '{"model_type": "qwen2"}')
     write("no_tokenizer_model/model.safetensors", "")
     for path in model.iterdir():  # the tiny model as if saved GPTQ-quantized
         write(f"gptq_model/{path.name}", path.read_bytes())
@@ -226,6 +228,8 @@ CASES = [
     ("streaming without max_steps", ["train", "BASE", "streaming=true"], ["needs max_steps"]),
     ("template of another family", ["config", "BASE", "template=llama3", "-o", "{w}/out.yaml"],
      ["<|eot_id|>", "another model family's template"]),
+    ("model: config.json without model_type", ["train", "BASE", "model_name_or_path={w}/no_type_model"],
+     ["names no model_type"]),
     ("model: a cut safetensors file", ["train", "BASE", "model_name_or_path={w}/cut_model"],
      ["not a readable safetensors file", "incomplete metadata"]),
     ("resume: a record field of the wrong type", ["train", "--resume", "{w}/typed_run"],

@@ -105,9 +105,12 @@ def check_model(model: str, need_weights: bool = True) -> None:
         if not (path / "config.json").is_file():
             raise MpskitError(f"model directory {model} has no config.json", fix)
         try:
-            json.loads((path / "config.json").read_text(encoding="utf-8"))
+            config = json.loads((path / "config.json").read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise MpskitError(f"{path / 'config.json'} is not valid JSON", "restore the model's config.json") from err
+        if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+            raise MpskitError(f"{path / 'config.json'} names no model_type, by which transformers builds the model",
+                              "restore the model's config.json (Qwen2.5's says model_type: qwen2)")  # fmt: skip
         if need_weights:
             _check_model_files(path)
         return
