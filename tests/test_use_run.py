@@ -210,3 +210,22 @@ def test_a_merged_model_moves_into_an_empty_folder_on_its_own_file_system_config
     with pytest.raises(MpskitError, match="written by another export meanwhile"):  # made and filled meanwhile
         use_run.move_into_place(beside, full)
     assert (full / "config.json").read_text() == "full"
+
+
+@pytest.mark.e2e
+def test_eval_of_a_foodpo_run_reports_what_its_training_evaluation_reported(tiny_model, tmp_path):
+    """fooDPO's margins and loss scale with each pair's own beta: eval judges by the run's own loss
+    (with DPO's pref_beta it reported about three times the training's margin for the same adapter)."""
+    trained = run_mpskit(
+        "train", "preset=foodpo", "model_preset=tiny", f"model_name_or_path={tiny_model}",
+        f"dataset_dir={ROOT / 'data'}", "max_steps=4", "eval_steps=4", "learning_rate=5e-3", "run_name=fd",
+        "--hardware", "cpu", cwd=tmp_path,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    run_dir = (tmp_path / "output" / "fd" / "latest").resolve()
+    training = json.loads((run_dir / "all_results.json").read_text())
+    result = run_mpskit("eval", str(run_dir), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    [evaluated] = [json.loads(path.read_text()) for path in run_dir.glob("eval/*/all_results.json")]
+    for key in ("eval_rewards/accuracies", "eval_rewards/margins", "eval_loss", "eval_dynamic_beta"):
+        assert evaluated[key] == pytest.approx(training[key], rel=1e-4), key

@@ -3,8 +3,10 @@
 Each run is evaluated by LLaMA-Factory's own DPO workflow with training off: the run's adapter is
 the policy, the base model (the adapter switched off) the reference, so `eval_rewards/accuracies`
 is the share of pairs whose chosen answer gains more log-probability over the base model than the
-rejected one, and `eval_rewards/margins` the mean gap, scaled by pref_beta. Any LoRA run can be
-judged this way (SFT too), on data it did not train on. Results go to <run>/eval/<dataset>-<time>/.
+rejected one, and `eval_rewards/margins` the mean gap, scaled by pref_beta. A fooDPO run is judged
+by its own loss (each pair's beta scaled by its prompt's perplexity, its fooDPO settings), so eval
+reports what its training's evaluation reported. Any LoRA run can be judged this way (SFT too), on
+data it did not train on. Results go to <run>/eval/<dataset>-<time>/.
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ def evaluate_run(
             raise MpskitError(f"{run.path} ({stage}) names no held-out preference data", "give --dataset NAME")
         check_model(str(args["model_name_or_path"]))  # the base model: the reference, and under the adapter
         folder = re.sub(r"[^\w.+-]+", "_", dataset.replace(",", "+")).lstrip(".")  # stays inside eval/
+        foodpo = {key: trained[key] for key in FOODPO_KEYS if key in trained} if stage == "foodpo" else {}
         eval_args = {
             **{key: trained[key] for key in KEPT if key in trained},
-            **{key: value for key, value in args.items() if key not in ("infer_backend", "infer_dtype")},
-            "stage": "dpo",
+            **{key: value for key, value in args.items() if key not in ("infer_backend", "infer_dtype", *FOODPO_KEYS)},
+            **foodpo,
+            "stage": "foodpo" if stage == "foodpo" else "dpo",
             "ref_model": args["model_name_or_path"],  # without it, an evaluation-only DPO run is its own reference
             **({"ref_model_quantization_bit": args["quantization_bit"]} if "quantization_bit" in args else {}),
             "do_train": False,
@@ -58,7 +62,7 @@ def evaluate_run(
         out = run.new_folder("eval", f"{folder}-{time.strftime('%Y%m%d-%H%M%S')}")
         eval_args["output_dir"] = str(out)
         with library_output(out):  # LLaMA-Factory prints its metrics; stdout is the table's
-            lf.run({key: value for key, value in eval_args.items() if key not in FOODPO_KEYS})
+            lf.run(eval_args)
         results = run.results(out)
     row = {"run": os.path.relpath(run.path), "stage": stage, "eval dataset": dataset}
     return {**row, **{column: results.get(column) for column in COLUMNS[3:]}}
