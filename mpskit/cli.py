@@ -163,9 +163,9 @@ def cmd_plan(words: list[str]) -> int:
 
 
 def cmd_train(words: list[str]) -> int:
-    from mpskit.recipes.train import resume, train
-
     if "--resume" in words:
+        from mpskit.recipes.train import resume
+
         rest = [w for w in words if w not in ("--resume", "--rebuild-record")]
         folders = [w for w in rest if "=" not in w]
         data = dict(w.split("=", 1) for w in rest if "=" in w)
@@ -174,7 +174,9 @@ def cmd_train(words: list[str]) -> int:
                               "mpskit train --resume [RUN_DIR] [dataset=NEWPATH]")  # fmt: skip
         resume(folders[0] if folders else None, rebuild="--rebuild-record" in words, data=data)
         return 0
-    run, _ = _resolve_from_words(words)
+    run, _ = _resolve_from_words(words)  # a typo is answered before the libraries load (seconds)
+    from mpskit.recipes.train import train
+
     train(run, command=["mpskit", "train", *words])
     return 0
 

@@ -188,6 +188,18 @@ def test_plan_json_and_no_torch_import():
     assert report["chosen"]["estimate"]["training_gb"] <= report["budget_gb"]
 
 
+def test_a_misspelt_key_in_train_is_answered_before_torch_loads():
+    code = (
+        "import sys; from mpskit.cli import main; "
+        "code = main(['train', 'preset=sft', 'model_preset=tiny', 'learning_rat=1e-4']); "
+        "assert 'torch' not in sys.modules, 'mpskit train imported torch first'; sys.exit(code)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    said = "mpskit: error: unknown key 'learning_rat'; did you mean 'learning_rate'?"
+    assert done.stderr.strip().splitlines()[-1] == said
+
+
 def test_training_refuses_a_run_no_setting_fits(tmp_path, tiny_model):
     result = run_mpskit(
         "train", "preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",

@@ -136,7 +136,9 @@ def ladder_for(run: ResolvedRun) -> Ladder:
 def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     """Run one training job end to end: write its run folder, then continue it the way `--resume`
     and every torchrun rank do; returns the run directory. The environment and device hiding come
-    first, before the key check imports LLaMA-Factory (and torch)."""
+    first, before the engine's checks import LLaMA-Factory (and torch); a misspelt key is answered
+    before either, from the argument classes' source (lf.key_names)."""
+    lf.check_keys(run.args, lf.key_names())
     check_trains(run.args)
     check_packages(run.args)
     run, memory_plan = prepare(run)
