@@ -213,7 +213,7 @@ def test_a_merged_model_moves_into_an_empty_folder_on_its_own_file_system_config
 
 
 @pytest.mark.e2e
-def test_eval_of_a_foodpo_run_reports_what_its_training_evaluation_reported(tiny_model, tmp_path):
+def test_eval_of_a_foodpo_run_reports_what_its_training_evaluation_reported(tiny_model, tmp_path, finished_run):
     """fooDPO's margins and loss scale with each pair's own beta: eval judges by the run's own loss
     (with DPO's pref_beta it reported about three times the training's margin for the same adapter)."""
     trained = run_mpskit(
@@ -224,6 +224,9 @@ def test_eval_of_a_foodpo_run_reports_what_its_training_evaluation_reported(tiny
     assert trained.returncode == 0, trained.stderr[-2000:]
     run_dir = (tmp_path / "output" / "fd" / "latest").resolve()
     training = json.loads((run_dir / "all_results.json").read_text())
+    both = run_mpskit("eval", str(run_dir), str(finished_run), cwd=tmp_path)  # the SFT run has no held-out pairs
+    assert both.returncode == 2 and both.stderr.strip().splitlines()[-1].startswith(f"mpskit: error: {finished_run}")
+    assert not (run_dir / "eval").exists()  # refused before the first run's evaluation, not after it
     result = run_mpskit("eval", str(run_dir), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     [evaluated] = [json.loads(path.read_text()) for path in run_dir.glob("eval/*/all_results.json")]

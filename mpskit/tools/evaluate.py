@@ -38,10 +38,7 @@ def evaluate_run(
         args = inference_args(run)  # the run's environment, MPS hidden if it was
         trained = run.yaml_args()
         stage = trained.get("stage")
-        tuned_on_pairs = stage_of(stage).pairs and stage_of(stage).reference_model  # its eval_dataset: pairs
-        dataset = dataset or (trained.get("eval_dataset") if tuned_on_pairs else None)
-        if not dataset:
-            raise MpskitError(f"{run.path} ({stage}) names no held-out preference data", "give --dataset NAME")
+        dataset = held_out_data(run, dataset)
         check_model(str(args["model_name_or_path"]))  # the base model: the reference, and under the adapter
         folder = re.sub(r"[^\w.+-]+", "_", dataset.replace(",", "+")).lstrip(".")  # stays inside eval/
         foodpo = {key: trained[key] for key in FOODPO_KEYS if key in trained} if stage == "foodpo" else {}
@@ -68,9 +65,23 @@ def evaluate_run(
     return {**row, **{column: results.get(column) for column in COLUMNS[3:]}}
 
 
+def held_out_data(run, dataset: str | None) -> str:
+    """The preference data RUN is judged on: DATASET, else a DPO or fooDPO run's own eval_dataset."""
+    trained = run.yaml_args()
+    stage = trained.get("stage")
+    tuned_on_pairs = stage_of(stage).pairs and stage_of(stage).reference_model  # its eval_dataset: pairs
+    dataset = dataset or (trained.get("eval_dataset") if tuned_on_pairs else None)
+    if not dataset:
+        raise MpskitError(f"{run.path} ({stage}) names no held-out preference data", "give --dataset NAME")
+    return dataset
+
+
 def evaluate(
     run_dirs: list[str], dataset: str | None = None, dataset_dir: str | None = None, allow_unfinished: bool = False
 ) -> str:
-    """The Markdown table over the runs, one row each."""
+    """The Markdown table over the runs, one row each. Each run is checked before any is evaluated:
+    a run that cannot be is one line before the minutes the others take, not after them."""
+    for run_dir in run_dirs:
+        held_out_data(open_trained(Path(run_dir), allow_unfinished), dataset)
     rows = [evaluate_run(Path(run_dir), dataset, dataset_dir, allow_unfinished) for run_dir in run_dirs]
     return markdown_table(COLUMNS, rows)
