@@ -492,11 +492,14 @@ def point_latest(run_dir: Path, root: str | Path = "output") -> None:
 
 
 def latest_run_dir(root: str | Path = "output") -> Path:
-    """The newest run folder that some output/<run>/latest points at."""
+    """The newest run folder that some output/<run>/latest points at, for a command given no run
+    (`--resume`, chat, export); it says which, as the user did not."""
     runs = [link.resolve() for link in Path(root).glob("*/latest") if link.is_symlink() and link.resolve().is_dir()]
     if not runs:
         raise MpskitError(f"no run found under {root}/", "give the run directory, output/<run>/<timestamp>")
-    return max(runs, key=lambda path: (path / RECORD).stat().st_mtime if (path / RECORD).exists() else 0)
+    newest = max(runs, key=lambda path: (path / RECORD).stat().st_mtime if (path / RECORD).exists() else 0)
+    print(f"mpskit: the newest run: {os.path.relpath(newest)}", file=sys.stderr)
+    return newest
 
 
 def new_run_dir(run_name: str, output_dir: str | None, root: str | Path = "output") -> Path:

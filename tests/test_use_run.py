@@ -55,8 +55,10 @@ def test_chat_answers_one_prompt_with_the_adapter(finished_run):
 
 @pytest.mark.e2e
 def test_chat_defaults_to_the_newest_run(finished_run):
-    result = run_mpskit("chat", "--prompt", "Hi", "--max-new-tokens", "4", "-v", cwd=finished_run.parent.parent.parent)
+    work = finished_run.parent.parent.parent
+    result = run_mpskit("chat", "--prompt", "Hi", "--max-new-tokens", "4", "-v", cwd=work)
     assert result.returncode == 0 and f"Loaded adapter(s): {finished_run}" in result.stderr, result.stderr[-2000:]
+    assert f"mpskit: the newest run: {finished_run.relative_to(work)}\n" in result.stderr  # it says which
 
 
 @pytest.mark.e2e
