@@ -111,6 +111,24 @@ def test_plan_says_7b_on_8gb_m1_does_not_fit_and_what_would():
     assert "--hardware m1-pro-16gb" in result.stdout
 
 
+def test_the_machine_a_setting_needs_is_never_said_to_be_this_one():
+    """About 8 GB on an 8 GB machine read as if this one would do; a budget given below the machine's
+    own names no machine at all."""
+    from dataclasses import replace
+
+    from mpskit.plan.advice import what_would_fit
+
+    run = resolve({"preset": "sft", "model_preset": "qwen2.5-7b", "cutoff_len": 4096}, hardware="m1-8gb")
+    result = plan_run(run)
+    needed = result.smallest.estimate.total / (1 - SAFETY_MARGIN) / GB + run.hardware.headroom_gb
+    just_below = replace(run.hardware, ram_gb=round(needed) if round(needed) < needed else needed - 0.01)
+    notes = what_would_fit(result, run.args, just_below, set())
+    assert f"a machine with more RAM than this one's {just_below.ram_gb:g} GB (about {needed:.1f} GB)" in notes
+    assert not any(note.startswith("a machine with about") for note in notes)
+    roomy = replace(run.hardware, ram_gb=needed + 1)
+    assert not any(note.startswith("a machine") for note in what_would_fit(result, run.args, roomy, set()))
+
+
 @pytest.mark.parametrize(
     "stage, model, cutoff, hardware",
     [("foodpo", "qwen2.5-7b", 2048, "m1-pro-16gb"), ("sft", "qwen2.5-14b", 4096, "m2-max-32gb"),

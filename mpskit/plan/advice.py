@@ -73,11 +73,18 @@ def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> 
             knobs = replace(smallest.knobs, cutoff_len=min(cutoff, smallest.knobs.cutoff_len))
             if estimate(dims, knobs, stage, device).training <= limit:
                 words = as_words(knobs, 0, tuple(key for key in ADVICE_KEYS if key != "gradient_accumulation_steps"))
-                notes.append(f"min_cutoff_len={knobs.cutoff_len} {words}")
+                notes.append(f"min_cutoff_len={knobs.cutoff_len} {words} (every example cut to "
+                             f"{knobs.cutoff_len} tokens: a run only for short ones)")  # fmt: skip
                 break
     memory = "GPU memory" if device == "cuda" else "RAM"
     needed = smallest.estimate.total / (1 - SAFETY_MARGIN) / GB + (hw.headroom_gb or 0)
-    notes.append(f"a machine with about {needed:.0f} GB {memory}")
+    own = hw.gpu_memory_gb if device == "cuda" else hw.ram_gb
+    if own and needed <= own:
+        pass  # the machine has it: what is short is a memory_budget_gb given below it
+    elif own and round(needed) <= own:  # "about 8 GB" on an 8 GB machine reads as if this one would do
+        notes.append(f"a machine with more {memory} than this one's {own:g} GB (about {needed:.1f} GB)")
+    else:
+        notes.append(f"a machine with about {needed:.0f} GB {memory}")
     return notes
 
 
