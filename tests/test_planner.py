@@ -252,3 +252,14 @@ def test_a_local_models_own_config_wins_over_the_presets_dims(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert model_dims(preset, str(tmp_path)).hidden == 2048  # the 3B model that will train
     assert model_dims(preset, "Qwen/Qwen2.5-0.5B").hidden == 896  # not downloaded: the preset says
+
+
+def test_m1_keeps_fp32_where_an_fp32_setting_fits_and_takes_bf16_only_to_fit():
+    """M1/M2 emulate bf16: it halves the memory but trains no faster and changes the numerics, so it
+    is not a way to turn checkpointing off; where fp32 does not fit at the asked cutoff, it is."""
+    fits = plan_run(resolve({"preset": "sft", "model_preset": "qwen2.5-0.5b"}, hardware="m1-8gb"))
+    assert fits.chosen.knobs.dtype == "fp32" and fits.chosen.knobs.checkpointing
+    assert any(option.knobs.dtype == "bf16" for option in fits.alternatives)  # faster, listed, not chosen
+    tight = plan_run(resolve({"preset": "sft", "model_preset": "qwen2.5-0.5b", "cutoff_len": 4096}, hardware="m1-8gb"))
+    assert tight.chosen.knobs.dtype == "bf16" and tight.chosen.knobs.cutoff_len == 4096
+    assert tight.chosen.knobs.quantization_bit is None

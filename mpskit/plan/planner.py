@@ -75,7 +75,7 @@ def candidates(
     attentions = ["sdpa", "eager"] if "attention" in free else [asked.attention]
     dtypes = [asked.dtype]
     if "dtype" in free and device == "mps" and asked.dtype == "fp32" and bf16_supported(hw):
-        dtypes.append("bf16")  # M1/M2 emulate bf16: slower, but half the memory
+        dtypes.append("bf16")  # M1/M2 emulate bf16: no faster, but half the memory (preference)
     bits = [asked.quantization_bit]
     if "quantization" in free and asked.finetuning == "lora" and has_build(hw):
         bits = [None, 4]  # 4 bits only where no 16-bit setting fits (preference)
@@ -100,14 +100,17 @@ def candidates(
 
 
 def preference(option: Option) -> tuple:
-    """What the planner maximises: what is trained first (unquantized weights, cutoff_len, rank), then
-    speed, then the plainer optimizer when speeds tie. A 4-bit base is the last resort: it changes the
-    model itself, where a shorter cutoff_len (down to min_cutoff_len) or rank only changes the adapter."""
+    """What the planner maximises: what is trained first (unquantized weights, cutoff_len, rank, then
+    fp32 over the bf16 that M1/M2 emulate, a candidate only there: bf16 only where fp32 does not fit,
+    never to buy speed by turning checkpointing off), then speed, then the plainer optimizer when
+    speeds tie. A 4-bit base is the last resort: it changes the model itself, where a shorter
+    cutoff_len (down to min_cutoff_len) or rank only changes the adapter."""
     knobs = option.knobs
     return (
         knobs.quantization_bit is None,
         knobs.cutoff_len,
         knobs.lora_rank,
+        knobs.dtype != "bf16",
         option.speed,
         knobs.optim == DEFAULT_OPTIM,
     )
