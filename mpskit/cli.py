@@ -91,6 +91,11 @@ def cmd_ls(ns: argparse.Namespace) -> int:
         print(f"\n{kind} ({key}):")
         for name, description in preset_descriptions(kind):
             print(f"  {name:14} {description}")
+    from mpskit.tools.runs import run_lines
+
+    lines = run_lines()
+    print(f"\nruns in {Path('output').absolute()} (stage, last attempt, step reached, last logged loss):")
+    print("\n".join(lines) if lines else "  none yet: mpskit train ... or make demo")
     return 0
 
 

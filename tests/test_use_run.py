@@ -54,6 +54,26 @@ def test_chat_answers_one_prompt_with_the_adapter(finished_run):
 
 
 @pytest.mark.e2e
+def test_ls_lists_the_runs_with_how_each_ended(finished_run, tmp_path):
+    work = finished_run.parent.parent.parent
+    damaged = work / "output" / "broken" / "20200101-000000"  # a record damaged from outside
+    damaged.mkdir(parents=True)
+    (damaged / "mpskit.json").write_text('{"run_name": "broken", "stage": 7, "device": "cpu"}')
+    (damaged / "llamafactory.yaml").write_text("stage: sft\n")
+    try:
+        listed = run_mpskit("ls", cwd=work)
+    finally:
+        shutil.rmtree(damaged.parent)
+    assert listed.returncode == 0, listed.stderr
+    runs = listed.stdout.split("\nruns in ", 1)[1].splitlines()[1:]
+    said = f"{damaged.relative_to(work)} {damaged}/mpskit.json is damaged: stage is 7, not text"
+    assert runs[0].split() == said.split()
+    mine = next(line for line in runs if str(finished_run.relative_to(work)) in line)
+    assert mine.split()[1:3] == ["sft", "finished"] and "step 3/3, loss " in mine
+    assert "none yet" in run_mpskit("ls", cwd=tmp_path).stdout
+
+
+@pytest.mark.e2e
 def test_chat_defaults_to_the_newest_run(finished_run):
     work = finished_run.parent.parent.parent
     result = run_mpskit("chat", "--prompt", "Hi", "--max-new-tokens", "4", "-v", cwd=work)
