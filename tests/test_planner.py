@@ -206,10 +206,10 @@ def test_plan_json_and_no_torch_import():
     assert report["chosen"]["estimate"]["training_gb"] <= report["budget_gb"]
 
 
-def test_a_misspelt_key_in_train_is_answered_before_torch_loads():
+def test_a_misspelt_key_in_train_is_answered_before_torch_loads(tiny_model):
     code = (
         "import sys; from mpskit.cli import main; "
-        "code = main(['train', 'preset=sft', 'model_preset=tiny', 'learning_rat=1e-4']); "
+        f"code = main(['train', 'preset=sft', 'model_name_or_path={tiny_model}', 'learning_rat=1e-4']); "
         "assert 'torch' not in sys.modules, 'mpskit train imported torch first'; sys.exit(code)"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

@@ -138,11 +138,11 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     and every torchrun rank do; returns the run directory. The environment and device hiding come
     first, before the engine's checks import LLaMA-Factory (and torch); a misspelt key is answered
     before either, from the argument classes' source (lf.key_names)."""
-    lf.check_keys(run.args, lf.key_names())
     check_trains(run.args)
     check_packages(run.args)
     run, memory_plan = prepare(run)
-    check_device(run)
+    check_device(run)  # Megatron's keys off CUDA are said as such, not as unknown keys
+    lf.check_keys(run.args, lf.key_names())
     check_disk(run)
     env = export_environment(run)
     if run.hide_mps:
