@@ -94,7 +94,7 @@ def cmd_ls(ns: argparse.Namespace) -> int:
     from mpskit.tools.runs import run_lines
 
     lines = run_lines()
-    print(f"\nruns in {Path('output').absolute()} (stage, last attempt, step reached, last logged loss):")
+    print(f"\nruns in {Path('output').absolute()} (stage, model, last attempt, step reached, last loss):")
     print("\n".join(lines) if lines else "  none yet: mpskit train ... or make demo")
     return 0
 

@@ -229,3 +229,9 @@ def test_lean_paths_are_counted_only_on_the_models_the_engine_runs_them_for():
     assert estimate(phi3, lean, "dpo", "mps").parts == estimate(phi3, whole, "dpo", "mps").parts
     assert estimate(QWEN25_05B, lean, "dpo", "mps").training < estimate(phi3, lean, "dpo", "mps").training / 5
     assert not lean_attention_runs(replace(lean, lean_attention=None), "mps", phi3)
+
+
+def test_parameter_counts_read_as_people_write_them():
+    from mpskit.plan.memory import parameters_text
+
+    assert [parameters_text(n) for n in (198_656, 494_032_768, 7_615_616_512)] == ["198,656", "494M", "7.62B"]

@@ -263,3 +263,19 @@ def test_m1_keeps_fp32_where_an_fp32_setting_fits_and_takes_bf16_only_to_fit():
     tight = plan_run(resolve({"preset": "sft", "model_preset": "qwen2.5-0.5b", "cutoff_len": 4096}, hardware="m1-8gb"))
     assert tight.chosen.knobs.dtype == "bf16" and tight.chosen.knobs.cutoff_len == 4096
     assert tight.chosen.knobs.quantization_bit is None
+
+
+@pytest.mark.parametrize("profile", ["m1-8gb", "m1-pro-16gb", "m2-max-32gb", "m3-max-64gb", "m4-max-128gb"])
+@pytest.mark.parametrize("model, cutoff", [("qwen2.5-0.5b", 512), ("qwen2.5-0.5b", 4096), ("qwen2.5-1.5b", 2048)])
+def test_the_dtype_rule_on_every_apple_profile(profile, model, cutoff):
+    """bf16 where it is fast (M3 and newer); on M1/M2 only where no fp32 setting fits at the cutoff,
+    rank and bits the plan keeps."""
+    hw = load_hardware(profile)
+    run = resolve({"preset": "sft", "model_preset": model, "cutoff_len": cutoff}, hardware=profile)
+    chosen = plan_run(run).chosen.knobs
+    if "M1" not in hw.chip and "M2" not in hw.chip:
+        assert chosen.dtype == "bf16"
+        return
+    kept = {"cutoff_len": chosen.cutoff_len, "lora_rank": chosen.lora_rank, "quantization_bit": chosen.quantization_bit}
+    fp32 = plan(run.stage, {**run.args, **kept}, hw, run.device, ModelDims(**run.model_dims), {"bf16", *kept})
+    assert (chosen.dtype == "bf16") == (not fp32.fits), (chosen, fp32.chosen)

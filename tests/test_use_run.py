@@ -54,7 +54,7 @@ def test_chat_answers_one_prompt_with_the_adapter(finished_run):
 
 
 @pytest.mark.e2e
-def test_ls_lists_the_runs_with_how_each_ended(finished_run, tmp_path):
+def test_ls_lists_the_runs_with_how_each_ended(finished_run, tmp_path, tiny_model):
     work = finished_run.parent.parent.parent
     damaged = work / "output" / "broken" / "20200101-000000"  # a record damaged from outside
     damaged.mkdir(parents=True)
@@ -69,7 +69,7 @@ def test_ls_lists_the_runs_with_how_each_ended(finished_run, tmp_path):
     said = f"{damaged.relative_to(work)} {damaged}/mpskit.json is damaged: stage is 7, not text"
     assert runs[0].split() == said.split()
     mine = next(line for line in runs if str(finished_run.relative_to(work)) in line)
-    assert mine.split()[1:3] == ["sft", "finished"] and "step 3/3, loss " in mine
+    assert mine.split()[1:4] == ["sft", tiny_model.name, "finished"] and "step 3/3, loss " in mine
     assert "none yet" in run_mpskit("ls", cwd=tmp_path).stdout
 
 

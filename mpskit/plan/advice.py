@@ -18,7 +18,7 @@ from mpskit.inputs.quantization import has_build
 from mpskit.inputs.resolve import ResolvedRun, device_args
 from mpskit.plan.budget import SAFETY_MARGIN
 from mpskit.plan.duration import RunDuration, run_duration
-from mpskit.plan.memory import GB, ModelDims, dims_from_mapping, estimate
+from mpskit.plan.memory import GB, ModelDims, dims_from_mapping, estimate, parameters_text
 from mpskit.plan.planner import Plan, plan
 from mpskit.stages import PLANNED, stage_of
 
@@ -149,7 +149,8 @@ def _fits_elsewhere(run: ResolvedRun, dims: ModelDims) -> list[str]:
                 smaller.append((other_dims.params(), name))
     if smaller:
         params, name = max(smaller)
-        notes.append(f"a smaller model on {run.hardware.name}: model_preset={name} ({params / 1e9:.2f}B parameters)")
+        size = parameters_text(params)
+        notes.append(f"a smaller model on {run.hardware.name}: model_preset={name} ({size} parameters)")
     machines = []
     for name in profile_names():
         hw = load_hardware(name)

@@ -143,6 +143,13 @@ class ModelDims:
         return self.layers * rank * per_layer
 
 
+def parameters_text(count: int) -> str:
+    """A parameter count as people write it: 1.54B, 494M, and exact under a million (the tiny model)."""
+    if count >= 1e9:
+        return f"{count / 1e9:.2f}B"
+    return f"{count / 1e6:.0f}M" if count >= 1e6 else f"{count:,}"
+
+
 def dims_from_mapping(data: dict) -> ModelDims:
     """From a preset's `dims:` (hidden, layers, ...) or a Hugging Face config.json (hidden_size, ...)."""
     hf = {

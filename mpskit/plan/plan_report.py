@@ -7,7 +7,14 @@ from dataclasses import replace
 from mpskit.inputs.knobs import describe
 from mpskit.inputs.resolve import ResolvedRun
 from mpskit.plan.duration import RunDuration, extrapolate, format_seconds
-from mpskit.plan.memory import GB, attention_fused, estimate, lean_attention_runs, lean_logits_apply
+from mpskit.plan.memory import (
+    GB,
+    attention_fused,
+    estimate,
+    lean_attention_runs,
+    lean_logits_apply,
+    parameters_text,
+)
 from mpskit.plan.planner import Option, Plan
 from mpskit.plan.probe import Probe
 
@@ -23,7 +30,7 @@ def plan_lines(
     shown = plan.chosen or plan.asked
     lines = [
         f"run        {run.stage} with {run.args['model_name_or_path']} on {run.hardware.name} ({plan.device})",
-        f"model      {dims.params() / 1e6:.0f}M parameters, {dims.layers} layers, hidden {dims.hidden}, "
+        f"model      {parameters_text(dims.params())} parameters, {dims.layers} layers, hidden {dims.hidden}, "
         f"vocabulary {dims.vocab}",
         f"budget     {budget.training_bytes / GB:.2f} GB{' per process' if plan.asked.knobs.world_size > 1 else ''}"
         f" = {budget.why}",

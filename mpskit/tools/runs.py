@@ -1,5 +1,5 @@
-"""`mpskit ls`'s list of the runs under output/: each run folder, its stage, how its last attempt
-ended, the step it reached and its final loss. Reads the records and logs only (no torch)."""
+"""`mpskit ls`'s list of the runs under output/: each run folder, its stage and model, how its last
+attempt ended, the step it reached and its last logged loss. Reads the records and logs only (no torch)."""
 
 from __future__ import annotations
 
@@ -30,4 +30,5 @@ def _line(folder: Path) -> str:
     outcome = run.record.attempts[-1].outcome if run.record.attempts else "not started"
     reached = f"step {steps['current_steps']}/{steps.get('total_steps', '?')}" if steps else "no step logged"
     loss = f", loss {losses[-1]:.4f}" if losses else ""
-    return f"  {where:44} {run.record.stage:7} {outcome.split(':')[0]:12} {reached}{loss}"
+    model = Path(str(run.record.llamafactory_args.get("model_name_or_path", "?"))).name
+    return f"  {where:44} {run.record.stage:7} {model:16} {outcome.split(':')[0]:12} {reached}{loss}"
