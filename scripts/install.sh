@@ -15,14 +15,18 @@ if [ "$TORCH_INDEX" = auto ]; then
   if [ "$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null; then TORCH_INDEX="$CPU_INDEX"; fi
 fi
 
+echo "mpskit: installing into $VENV: torch, LLaMA-Factory and mpskit at the tested versions (2-3 minutes, about 6 GB)" >&2
 "$PYTHON" -m venv "$VENV"
 pip=("$VENV/bin/pip" install --quiet -c constraints.txt)
 "$VENV/bin/pip" install --quiet --upgrade pip
 if [ "$TORCH_INDEX" != pypi ]; then
+  echo "mpskit: torch from $TORCH_INDEX" >&2
   if "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=20)' "$TORCH_INDEX/torch/" 2>/dev/null; then
     "${pip[@]}" --extra-index-url "$TORCH_INDEX" torch torchvision
   else
     echo "mpskit: $TORCH_INDEX cannot be reached; PyPI's torch comes instead (CUDA libraries included)" >&2
   fi
 fi
+echo "mpskit: LLaMA-Factory, transformers, peft, trl and mpskit" >&2
 "${pip[@]}" -e ".[$EXTRAS]"
+echo "mpskit: installed; $VENV/bin/mpskit --help" >&2
