@@ -162,3 +162,14 @@ def test_pure_bf16_follows_the_bf16_device_rule(capsys):
     assert resolve(dict(user), hardware="cpu").args["pure_bf16"] is False
     assert "pure_bf16 needs an accelerator" in capsys.readouterr().err
     assert resolve(dict(user), hardware="cuda-80gb").args["pure_bf16"] is True
+
+
+def test_training_data_named_for_evaluation_too_is_warned_of(capsys, tmp_path):
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"instruction": "q", "output": "a"}\n' * 4)
+    same = ({"dataset": "demo_sft", "eval_dataset": "demo_sft"}, {"dataset": str(data), "eval_dataset": str(data)})
+    for given in same:
+        resolve({"preset": "sft", "model_preset": "tiny", **given}, hardware="cpu")
+        assert "is both trained and evaluated on: the eval figures are not held out" in capsys.readouterr().err
+    resolve({"preset": "sft", "model_preset": "tiny"}, hardware="cpu")  # the demo's own held-out set
+    assert "both trained and evaluated" not in capsys.readouterr().err

@@ -291,6 +291,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         _demo_data(args, user, stage_args)
         _evaluation_for_own_data(args, user, stage_args)
     check_args(args)
+    _warn_on_training_data_evaluated(given, args)
     quantization.check_settings(args)
     if device == "mps" and args.get("dataloader_num_workers"):
         warn(f"dataloader_num_workers={args['dataloader_num_workers']} on MPS: worker processes fail there; using 0")
@@ -324,6 +325,18 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         datasets=datasets,
         data_files=data_files,
     )
+
+
+def _warn_on_training_data_evaluated(given: dict, args: dict) -> None:
+    """The same data (a name or a file, as the user gave it) to train and to evaluate on: the
+    held-out figures are not held out."""
+    def names(value) -> set[str]:
+        return {str(Path(name.strip()).expanduser().absolute()) if os.sep in name or name.endswith((".json", ".jsonl"))
+                else name.strip() for name in str(value or "").split(",") if name.strip()}  # fmt: skip
+
+    same = names(given.get("dataset", args.get("dataset"))) & names(given.get("eval_dataset", args.get("eval_dataset")))
+    if same:
+        warn(f"{', '.join(sorted(same))} is both trained and evaluated on: the eval figures are not held out")
 
 
 def _limits(own: dict) -> dict:
