@@ -191,14 +191,15 @@ def check_output_path(path: Path, what: str) -> None:
     above = next(folder for folder in absolute.parents if folder.exists())
     if not above.is_dir():
         raise cannot_write(path, OSError(errno.ENOTDIR, ""), what)
-    if os.statvfs(above).f_blocks == 0:
-        raise MpskitError(f"cannot write {path}: {above} is not on a disk (a virtual file system such as /proc)",
+    disk = os.statvfs(above)
+    if disk.f_blocks == 0 and above.resolve().parts[1:2] in (("proc",), ("sys",)):
+        raise MpskitError(f"cannot write {path}: {above} is not on a disk (a virtual file system)",
                           f"give {what} a path on a disk")  # fmt: skip
-    if os.statvfs(above).f_flag & os.ST_RDONLY:
+    if disk.f_flag & os.ST_RDONLY:
         raise cannot_write(path, OSError(errno.EROFS, ""), what)
     if not os.access(above, os.W_OK | os.X_OK):
         raise cannot_write(path, OSError(errno.EACCES, ""), what)
-    if shutil.disk_usage(above).free < MIN_FREE_BYTES:
+    if disk.f_blocks and shutil.disk_usage(above).free < MIN_FREE_BYTES:  # no blocks: a file system that counts none
         raise cannot_write(path, OSError(errno.ENOSPC, ""), what)
 
 
