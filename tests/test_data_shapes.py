@@ -96,8 +96,8 @@ def test_preference_pairs_under_sft_train_the_chosen_answers_after_a_line_that_s
 @pytest.mark.parametrize(
     "name, stage, said",
     [
-        ("llamafactory_kto.json", "dpo", "holds KTO rows (an answer and a true/false label), not pairs; train them "
-                                         "with stage=kto"),
+        ("llamafactory_kto.json", "dpo", "holds KTO rows (an answer and a true/false label), which stage dpo "
+                                         "does not train on; train them with stage=kto"),
         ("openai_messages_system.jsonl", "dpo", "give it rows with prompt, chosen and rejected, or train stage=sft"),
         ("hh_rlhf.jsonl", "kto", "give it rows with prompt, completion and a true/false label, or train stage=dpo"),
     ],

@@ -284,8 +284,8 @@ def for_stage(shape: Shape, stage: str, rows_kind: str, where: str) -> tuple[Sha
     if shape.kind == "pairs" and rows_kind == "answer":
         return _chosen_only(shape), f"{where} holds preference pairs: stage {stage} trains on the chosen answers only"
     if shape.kind == "kto":
-        raise MpskitError(f"{where} holds KTO rows (an answer and a true/false label), not {rows_kind}",
-                          "train them with stage=kto")  # fmt: skip
+        raise MpskitError(f"{where} holds KTO rows (an answer and a true/false label), which stage {stage} "
+                          "does not train on", "train them with stage=kto")  # fmt: skip
     needs = {"pairs": "prompt, chosen and rejected", "kto": "prompt, completion and a true/false label",
              "answer": "a prompt and an answer", "text": "text"}[rows_kind]  # fmt: skip
     raise MpskitError(f"{where} holds {shape.words}, not what stage {stage} trains on",
