@@ -113,6 +113,7 @@ def cmd_config(words: list[str]) -> int:
     if output:
         check_file_target(Path(output), force)
     run, _ = prepare(run, need_weights=False)
+    lf.check_keys(run.args, lf.key_names())
     check_with_engine(run.args)
     for problem, fix in missing_packages(run.args):  # a config may be written for another machine
         warn(f"{problem} here ({fix})")

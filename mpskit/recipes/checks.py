@@ -83,9 +83,8 @@ def check_packages(args: dict) -> None:
 
 
 def check_with_engine(args: dict) -> None:
-    """The checks that ask LLaMA-Factory itself (they import it, and torch): its keys, its templates,
-    and the dataset rows through its own converter."""
-    lf.check_keys(args)
+    """The checks that ask LLaMA-Factory itself (they import it, and torch): its templates and the
+    dataset rows through its own converter. Its keys are checked before, from its sources (lf.key_names)."""
     lf.check_template(args)
     check_conversion(args)
 
