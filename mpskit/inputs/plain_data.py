@@ -38,6 +38,12 @@ def _split_names(value) -> list[str]:
     return [name.strip() for name in str(value or "").split(",") if name.strip()]
 
 
+def named_data(value) -> set[str]:
+    """What a dataset=/eval_dataset= value names: dataset names as they are, files and folders as
+    absolute paths."""
+    return {str(Path(name).expanduser().absolute()) if _is_path(name) else name for name in _split_names(value)}
+
+
 def _split_file(folder: Path, names: tuple[str, ...]) -> Path | None:
     found = [folder / f"{name}{suffix}" for name in names for suffix in SUFFIXES]
     return next((path for path in found if path.is_file()), None)

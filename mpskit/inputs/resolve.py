@@ -21,7 +21,7 @@ from mpskit.inputs import quantization, seed_fork
 from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
 from mpskit.inputs.knobs import OOM_LADDER, PLANNER_KEYS
 from mpskit.inputs.launch import process_layout
-from mpskit.inputs.plain_data import register_plain_data
+from mpskit.inputs.plain_data import named_data, register_plain_data
 from mpskit.inputs.presets import demo_data_dir, load_yaml, merge, resolve_preset_file
 from mpskit.inputs.removed_keys import translate_removed_keys
 from mpskit.inputs.validate import check_args, check_number, check_value
@@ -330,11 +330,8 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
 def _warn_on_training_data_evaluated(given: dict, args: dict) -> None:
     """The same data (a name or a file, as the user gave it) to train and to evaluate on: the
     held-out figures are not held out."""
-    def names(value) -> set[str]:
-        return {str(Path(name.strip()).expanduser().absolute()) if os.sep in name or name.endswith((".json", ".jsonl"))
-                else name.strip() for name in str(value or "").split(",") if name.strip()}  # fmt: skip
-
-    same = names(given.get("dataset", args.get("dataset"))) & names(given.get("eval_dataset", args.get("eval_dataset")))
+    trained = named_data(given.get("dataset", args.get("dataset")))
+    same = trained & named_data(given.get("eval_dataset", args.get("eval_dataset")))
     if same:
         warn(f"{', '.join(sorted(same))} is both trained and evaluated on: the eval figures are not held out")
 
