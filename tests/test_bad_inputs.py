@@ -321,7 +321,8 @@ CASES = [
         ["train", "preset=sft", "model_name_or_path={w}/gptq_model", "template=qwen", f"dataset_dir={DATA}"],
         ["GPTQ-quantized", "CUDA kernels", "quantization_bit=4"],
     ),  # fmt: skip
-    ("impossible cutoff", ["train", "BASE", "cutoff_len=100000000", "min_cutoff_len=100000000"], ["no setting fits"]),
+    ("impossible cutoff (packed: every sequence fills it)",
+     ["train", "BASE", "cutoff_len=100000000", "min_cutoff_len=100000000", "packing=true"], ["no setting fits"]),
     ("hardware RAM NaN", ["train", "BASE", "--hardware", "{w}/hw_nan_ram.yaml"], ["ram_gb=nan"]),
     ("hardware headroom text", ["plan", "BASE", "--hardware", "{w}/hw_headroom_text.yaml"], ["headroom_gb='lots'"]),
     ("hardware macOS a number", ["plan", "BASE", "--hardware", "{w}/hw_macos_float.yaml"], ["macos=14.5", "quote"]),

@@ -41,6 +41,17 @@ def hub_config(repo_id: str, revision: str | None = None) -> dict:
         raise MpskitError(f"{path} is not a readable config.json", "delete it: the next plan fetches it again") from err
 
 
+def hub_cached_file(repo_id: str, filename: str, revision: str | None = None) -> Path | None:
+    """A file of a hub model where the local cache holds it; None otherwise (nothing is fetched)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        path = try_to_load_from_cache(repo_id, filename, cache_dir=str(hub_cache_dir()), revision=revision)
+    except (OSError, ValueError):
+        return None
+    return Path(path) if isinstance(path, str) else None
+
+
 def hub_config_path(repo_id: str, revision: str | None = None) -> Path:
     """Where the model's config.json lies in the cache (its snapshot's folder holds the rest)."""
     from huggingface_hub import hf_hub_download, try_to_load_from_cache

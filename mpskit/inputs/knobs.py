@@ -214,8 +214,10 @@ def describe(knobs: Knobs, effective: int) -> str:
     return ", ".join(words)
 
 
-def changes(asked: Knobs, chosen: Knobs, effective: int, floor: int) -> list[str]:
-    """What the planner changed from what was asked, in words."""
+def changes(asked: Knobs, chosen: Knobs, effective: int, floor: int, share_cut: float | None = None) -> list[str]:
+    """What the planner changed from what was asked, in words; `share_cut`: the share of the training
+    rows the chosen cutoff_len truncates, where their lengths are known."""
+    truncated = "longer examples are truncated" if share_cut is None else f"it truncates {share_cut:.0%} of the rows"
     said = {
         "batch": f"micro-batch {asked.batch} -> {chosen.batch}, accumulation {effective // chosen.batch} "
         f"(effective {effective})",
@@ -230,7 +232,7 @@ def changes(asked: Knobs, chosen: Knobs, effective: int, floor: int) -> list[str
         "optim": f"optimizer {asked.optim} -> {chosen.optim}",
         "lora_rank": f"LoRA rank {asked.lora_rank} -> {chosen.lora_rank}: nothing fits at rank {asked.lora_rank}",
         "cutoff_len": f"cutoff_len {asked.cutoff_len} -> {chosen.cutoff_len}: nothing fits at {asked.cutoff_len} "
-        f"(floor {floor}; set min_cutoff_len to change it); longer examples are truncated",
+        f"(floor {floor}; set min_cutoff_len to change it); {truncated}",
     }
     auto_off = asked.lean_attention is None and not chosen.lean_attention  # auto where attention is fused
     return [

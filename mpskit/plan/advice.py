@@ -11,11 +11,12 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.inputs.hardware import Hardware, load_hardware, profile_names
-from mpskit.inputs.hub import hub_config, looks_like_hub_id
+from mpskit.inputs.hub import hub_cached_file, hub_config, looks_like_hub_id
 from mpskit.inputs.knobs import as_words, to_args
 from mpskit.inputs.presets import load_yaml, preset_names, resolve_preset_file
 from mpskit.inputs.quantization import has_build
 from mpskit.inputs.resolve import ResolvedRun, device_args
+from mpskit.inputs.token_lengths import DataLengths, data_lengths
 from mpskit.plan.budget import SAFETY_MARGIN
 from mpskit.plan.duration import RunDuration, run_duration
 from mpskit.plan.memory import GB, ModelDims, dims_from_mapping, estimate, parameters_text
@@ -50,12 +51,13 @@ def model_dims(run_dims: dict, model_path: str, revision: str | None = None) -> 
 
 def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> list[str]:
     """For a plan where nothing fits: unpinning, a shorter cutoff_len, a machine of what size."""
-    stage, device, dims, smallest = result.stage, result.device, result.dims, result.smallest
+    stage, device, dims, smallest, lengths = result.stage, result.device, result.dims, result.smallest, result.lengths
     limit = result.budget.training_bytes * (1 - SAFETY_MARGIN)
     notes = []
     if pinned:
         kept = pinned & {"quantization_bit"}  # the base's bits: a note of their own below
-        unpinned = plan(stage, args, hw, device, dims, kept, budget_gb=result.budget.training_bytes / GB)
+        unpinned = plan(stage, args, hw, device, dims, kept, budget_gb=result.budget.training_bytes / GB,
+                        lengths=lengths)  # fmt: skip
         if unpinned.fits:
             before = to_args(unpinned.asked.knobs, unpinned.effective_batch)
             after = to_args(unpinned.chosen.knobs, unpinned.effective_batch)
@@ -65,16 +67,15 @@ def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> 
     four_bit_possible = smallest.knobs.finetuning == "lora" and smallest.knobs.quantization_bit != 4 and has_build(hw)
     if "quantization" not in result.free and four_bit_possible:
         four_bit = plan(stage, {**args, "quantization_bit": 4}, hw, device, dims, pinned | {"quantization_bit"},
-                        budget_gb=result.budget.training_bytes / GB)  # fmt: skip
+                        budget_gb=result.budget.training_bytes / GB, lengths=lengths)  # fmt: skip
         if four_bit.fits:
             notes.append(f"quantization_bit=4 {as_words(four_bit.chosen.knobs, four_bit.effective_batch, ADVICE_KEYS)}")
     if "cutoff_len" in result.free:
         for cutoff in (128, 64):
             knobs = replace(smallest.knobs, cutoff_len=min(cutoff, smallest.knobs.cutoff_len))
-            if estimate(dims, knobs, stage, device).training <= limit:
+            if estimate(dims, knobs, stage, device, result.longest_batch(knobs)).training <= limit:
                 words = as_words(knobs, 0, tuple(key for key in ADVICE_KEYS if key != "gradient_accumulation_steps"))
-                notes.append(f"min_cutoff_len={knobs.cutoff_len} {words} (every example cut to "
-                             f"{knobs.cutoff_len} tokens: a run only for short ones)")  # fmt: skip
+                notes.append(f"min_cutoff_len={knobs.cutoff_len} {words} ({_cut_words(lengths, knobs.cutoff_len)})")
                 break
     memory = "GPU memory" if device == "cuda" else "RAM"
     needed = smallest.estimate.total / (1 - SAFETY_MARGIN) / GB + (hw.headroom_gb or 0)
@@ -88,20 +89,44 @@ def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> 
     return notes
 
 
+def _cut_words(lengths: DataLengths | None, cutoff: int) -> str:
+    """What a shorter cutoff_len does to the training rows, in words."""
+    if lengths is None:
+        return f"every example cut to {cutoff} tokens: a run only for short ones"
+    share = lengths.share_cut(cutoff)
+    return f"it cuts {share:.0%} of the rows" + (": a run only for short ones" if share > 0.1 else "")
+
+
+def tokenizer_dir(model_path: str, revision: str | None = None) -> Path | None:
+    """The folder that holds the model's tokenizer.json: a local model's own, or a hub model's cached
+    snapshot (nothing is downloaded for it)."""
+    local = Path(model_path).expanduser()
+    if (local / "tokenizer.json").is_file():
+        return local
+    if looks_like_hub_id(model_path):
+        cached = hub_cached_file(model_path, "tokenizer.json", revision)
+        return cached.parent if cached else None
+    return None
+
+
 def plan_run(run: ResolvedRun) -> Plan:
-    """The plan for a resolved run (its presets' dims or its local model's config.json). When nothing
-    fits, it also names the largest model preset that fits here and the smallest hardware profile
-    that fits this run."""
+    """The plan for a resolved run (its presets' dims or its local model's config.json) at the token
+    lengths of its training rows (token_lengths.py). When nothing fits, it also names the largest
+    model preset that fits here and the smallest hardware profile that fits this run."""
     if not stage_of(run.stage).planned:
         raise MpskitError(
             f"the memory plan covers {', '.join(PLANNED)}, not {run.stage}",
             "set per_device_train_batch_size and cutoff_len yourself (plan stage=sft for a bound)",
         )
-    dims = model_dims(run.model_dims, str(run.args["model_name_or_path"]), run.args.get("model_revision"))
-    result = _plan_on(run, run.hardware, run.device, dims)
+    model = str(run.args["model_name_or_path"])
+    dims = model_dims(run.model_dims, model, run.args.get("model_revision"))
+    lengths, why = data_lengths(run.args, run.stage, tokenizer_dir(model, run.args.get("model_revision")))
+    result = _plan_on(run, run.hardware, run.device, dims, lengths)
+    result.lengths_note = why
     if not result.fits:
         args = _args_on(run, run.hardware, run.device)
-        result.would_fit += what_would_fit(result, args, run.hardware, _pinned(run)) + _fits_elsewhere(run, dims)
+        result.would_fit += what_would_fit(result, args, run.hardware, _pinned(run))
+        result.would_fit += _fits_elsewhere(run, dims, lengths)
     return result
 
 
@@ -111,7 +136,7 @@ def plan_duration(run: ResolvedRun, result: Plan) -> RunDuration | None:
         return None
     chosen = result.chosen
     return run_duration(run.args, chosen.knobs, chosen.speed, run.stage, result.effective_batch, run.world_size,
-                        result.throughput)  # fmt: skip
+                        result.throughput, result.lengths)  # fmt: skip
 
 
 def _args_on(run: ResolvedRun, hw: Hardware, device: str) -> dict:
@@ -123,7 +148,7 @@ def _pinned(run: ResolvedRun) -> set[str]:
     return run.pinned | ({"quantization_bit"} if run.oom_ladder == "keep" else set())
 
 
-def _plan_on(run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims) -> Plan:
+def _plan_on(run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims, lengths: DataLengths | None) -> Plan:
     return plan(
         run.stage,
         _args_on(run, hw, device),
@@ -135,17 +160,20 @@ def _plan_on(run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims) -> Pl
         cutoff_floor=run.limits.get("min_cutoff_len"),
         world_size=run.world_size,
         processes_per_node=run.processes[0],
+        lengths=lengths,
     )
 
 
-def _fits_elsewhere(run: ResolvedRun, dims: ModelDims) -> list[str]:
+def _fits_elsewhere(run: ResolvedRun, dims: ModelDims, lengths: DataLengths | None) -> list[str]:
     notes = []
     smaller = []
     for name in preset_names("models"):
         other = load_yaml(resolve_preset_file("models", name)).get("dims")
         if other:
             other_dims = dims_from_mapping(other)
-            if other_dims.params() < dims.params() and _plan_on(run, run.hardware, run.device, other_dims).fits:
+            if other_dims.params() >= dims.params():
+                continue
+            if _plan_on(run, run.hardware, run.device, other_dims, lengths).fits:
                 smaller.append((other_dims.params(), name))
     if smaller:
         params, name = max(smaller)
@@ -154,7 +182,7 @@ def _fits_elsewhere(run: ResolvedRun, dims: ModelDims) -> list[str]:
     machines = []
     for name in profile_names():
         hw = load_hardware(name)
-        if name != run.hardware.name and hw.device == run.device and _plan_on(run, hw, hw.device, dims).fits:
+        if name != run.hardware.name and hw.device == run.device and _plan_on(run, hw, hw.device, dims, lengths).fits:
             machines.append((hw.gpu_memory_gb if hw.device == "cuda" else hw.ram_gb, name))
     if machines:
         notes.append(f"this run on a larger machine: --hardware {min(machines)[1]}")

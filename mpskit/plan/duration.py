@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from mpskit.inputs.dataset_checks import training_rows
 from mpskit.inputs.knobs import Knobs, micro_batch
+from mpskit.inputs.token_lengths import DataLengths
 from mpskit.plan.memory import ModelDims, sequences_per_step
 from mpskit.stages import stage_of
 
@@ -49,14 +50,17 @@ def throughput_for(figures: dict, profile_device: str, device: str) -> Throughpu
     return DEFAULT_THROUGHPUT.get(device, DEFAULT_THROUGHPUT["cpu"])
 
 
-def flops_per_token(dims: ModelDims, knobs: Knobs, stage: str, device: str, half_is_fast: bool = True) -> float:
+def flops_per_token(dims: ModelDims, knobs: Knobs, stage: str, device: str, half_is_fast: bool = True,
+                    length: float | None = None) -> float:  # fmt: skip
     """Forward 2N per token plus attention, backward about as much again (frozen weights need no weight
     gradient; LoRA's are tiny), one more forward with checkpointing, DPO's reference forward; eager
     attention does its matrix work twice over (scores kept, softmax materialised). Lean attention
     counts as SDPA: it recomputes the scores in its backward but skips the causal half
-    (bench/lean_attention.py: as fast as the CPU's fused SDPA)."""
+    (bench/lean_attention.py: as fast as the CPU's fused SDPA). Attention grows with the sequence's
+    `length` (cutoff_len unless the data's lengths are known)."""
     attention_work = 1.0 if knobs.lean_attention else {"eager": 2.0, "sdpa": 1.0, "fa2": 0.9}[knobs.attention]
-    layer_flops = 2 * dims.layer_params() + 4 * knobs.cutoff_len * dims.hidden * attention_work
+    length = knobs.cutoff_len if length is None else length
+    layer_flops = 2 * dims.layer_params() + 4 * length * dims.hidden * attention_work
     layers = dims.layers * layer_flops
     head = 2 * dims.vocab * dims.hidden
     per_token = 2 * (layers + head) + (layers if knobs.checkpointing else 0)
@@ -69,12 +73,29 @@ def flops_per_token(dims: ModelDims, knobs: Knobs, stage: str, device: str, half
     return per_token / ((0.75 if knobs.quantization_bit else 1.0) * (0.8 if knobs.zero_stage >= 3 else 1.0))
 
 
+def row_tokens(knobs: Knobs, lengths: DataLengths | None) -> tuple[float, float]:
+    """(the tokens of an average row, the length an average micro-batch pads each sequence to) under
+    cutoff_len: the data's own lengths, or every sequence at cutoff_len where they are unknown."""
+    if lengths is None:
+        return knobs.cutoff_len, knobs.cutoff_len
+    return lengths.mean(knobs.cutoff_len), lengths.batch_mean(knobs.cutoff_len, knobs.batch)
+
+
 def tokens_per_second(dims: ModelDims, knobs: Knobs, stage: str, device: str, speed: Throughput,
-                      half_is_fast: bool = True) -> float:  # fmt: skip
-    """Every sequence at cutoff_len: the planner's worst case, an upper bound for shorter examples."""
-    tokens = sequences_per_step(stage, knobs.batch) * knobs.cutoff_len
-    work_s = tokens * flops_per_token(dims, knobs, stage, device, half_is_fast) / speed.flops_per_s
-    return tokens / (speed.step_overhead_s + work_s)
+                      half_is_fast: bool = True, lengths: DataLengths | None = None) -> float:  # fmt: skip
+    """The rows' own tokens trained per second: a micro-step computes every sequence at the length its
+    batch pads to (every one at cutoff_len where the data's lengths are unknown: an upper bound)."""
+    row, padded = row_tokens(knobs, lengths)
+    sequences = sequences_per_step(stage, knobs.batch)
+    work_s = sequences * padded * flops_per_token(dims, knobs, stage, device, half_is_fast, padded) / speed.flops_per_s
+    return sequences * row / (fixed_cost_s(speed, stage) + work_s)
+
+
+def fixed_cost_s(speed: Throughput, stage: str) -> float:
+    """A micro-step's cost that does not grow with its tokens: the profile's figure, twice over for a
+    stage with a reference model (its own forward pass and the pairs' bookkeeping; measured on the
+    tiny model, whose steps are almost all fixed cost: bench/duration.py, bench/demo_duration.py)."""
+    return speed.step_overhead_s * (2 if stage_of(stage).reference_model else 1)
 
 
 def optimizer_steps(args: dict, examples: int | None, world_size: int = 1) -> int | None:
@@ -125,11 +146,11 @@ class RunDuration:
 
 
 def run_duration(args: dict, knobs: Knobs, tokens_per_s: float, stage: str, effective: int, world_size: int,
-                 throughput: Throughput) -> RunDuration:  # fmt: skip
+                 throughput: Throughput, lengths: DataLengths | None = None) -> RunDuration:  # fmt: skip
     """The chosen setting's optimizer step (accumulation x micro-steps at the planner's speed) and
     the steps the trainer runs over the run's datasets."""
     accumulation = max(effective // knobs.batch, 1)
-    step_s = accumulation * sequences_per_step(stage, knobs.batch) * knobs.cutoff_len / tokens_per_s
+    step_s = accumulation * sequences_per_step(stage, knobs.batch) * row_tokens(knobs, lengths)[0] / tokens_per_s
     rows = training_rows(args)
     examples = train_examples(args, rows) if rows else None
     batches = {**args, "per_device_train_batch_size": knobs.batch, "gradient_accumulation_steps": accumulation}

@@ -13,7 +13,7 @@ footprint (torch, transformers, LLaMA-Factory), which counts against RAM but not
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mpskit.inputs.knobs import Knobs
 from mpskit.stages import stage_of
@@ -293,8 +293,10 @@ def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
     return int(fraction * dims.layers * small)
 
 
-def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "cpu") -> Estimate:
-    """What is alive at the peak of one training step, part by part.
+def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "cpu", longest: int | None = None
+             ) -> Estimate:  # fmt: skip
+    """What is alive at the peak of one training step, part by part, for batches of cutoff_len tokens,
+    or of `longest` where the data makes no longer batch (token_lengths.py).
 
     The peak is at one of two moments: where the vocabulary-sized float32 buffers live (SFT's
     backward through the log-softmax; DPO's reference forward while the policy's logits are held;
@@ -302,6 +304,8 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     checkpointing, and the gradients of the attention probabilities with eager attention). The
     larger one is reported; on the CPU both sit above the heap earlier steps left.
     """
+    if longest is not None and longest < knobs.cutoff_len:
+        knobs = replace(knobs, cutoff_len=longest)
     width = DTYPE_BYTES[knobs.dtype]
     sequences = sequences_per_step(stage, knobs.batch)
     tokens = sequences * knobs.cutoff_len

@@ -43,7 +43,9 @@ def plan_lines(
         lines.append("verdict    NO SETTING FITS")
         lines.append(f"asked      {describe(shown.knobs, plan.effective_batch)}")
     per = f", per process of {shown.knobs.world_size}" if shown.knobs.world_size > 1 else ""
-    lines.append(f"estimate   (the peak of one training step{per})")
+    longest = plan.longest_batch(shown.knobs)
+    at = "" if longest is None or longest >= shown.knobs.cutoff_len else f", at the data's longest {longest} tokens"
+    lines.append(f"estimate   (the peak of one training step{per}{at})")
     lines += [f"  {name:22} {_gb(value)}" for name, value in shown.estimate.parts.items()]
     if shown.estimate.loading > shown.estimate.step:
         step = _gb(shown.estimate.step).strip()
@@ -61,12 +63,19 @@ def plan_lines(
     if not plan.fits:
         lines += [f"would fit  {note}" for note in plan.would_fit]
     if duration:
-        lines += duration_lines(duration, probe)
+        lines += duration_lines(duration, probe, lengths_line(plan, shown.knobs.cutoff_len))
     return lines
 
 
-def duration_lines(duration: RunDuration, probe: Probe | None) -> list[str]:
-    """The predicted step and run, the figures behind them, and what the probe measured."""
+def lengths_line(plan: Plan, cutoff: int) -> str:
+    """What the plan took the rows' lengths to be."""
+    if plan.lengths is None:
+        return f"every sequence at cutoff_len ({plan.lengths_note}): an upper bound for shorter examples"
+    return plan.lengths.summary(cutoff)
+
+
+def duration_lines(duration: RunDuration, probe: Probe | None, lengths: str) -> list[str]:
+    """The predicted step and run, the rows' lengths and figures behind them, what the probe measured."""
     steps = "steps unknown (the dataset is not a local JSON file): set max_steps for a total"
     if duration.steps is not None:
         how = f" ({duration.examples} examples, {duration.epochs:g} epochs)" if duration.epochs else " (max_steps)"
@@ -74,7 +83,7 @@ def duration_lines(duration: RunDuration, probe: Probe | None) -> list[str]:
     lines = [
         f"duration   {format_seconds(duration.step_s)} per optimizer step, {steps}",
         f"  figures {duration.throughput.source}",
-        "  every sequence at cutoff_len: an upper bound for shorter examples",
+        f"  {lengths}",
     ]
     if probe is None:
         return lines + ["  `mpskit plan --probe` times real steps of this setting here"]
@@ -98,7 +107,8 @@ def lean_saving(plan: Plan, option: Option, path: str) -> int | None:
         runs = lean_attention_runs(option.knobs, plan.device, plan.dims)
     if not runs:
         return None
-    plain = estimate(plan.dims, replace(option.knobs, **{path: False}), plan.stage, plan.device)
+    plain_knobs = replace(option.knobs, **{path: False})
+    plain = estimate(plan.dims, plain_knobs, plan.stage, plan.device, plan.longest_batch(plain_knobs))
     return plain.training - option.estimate.training
 
 
@@ -150,6 +160,8 @@ def plan_as_dict(run: ResolvedRun, plan: Plan, duration: RunDuration | None = No
         "changes": plan.changes,
         "would_fit": plan.would_fit,
         "duration": duration.as_dict() if duration else None,
+        "lengths": plan.lengths.as_dict((plan.chosen or plan.asked).knobs.cutoff_len) if plan.lengths else None,
+        "lengths_note": plan.lengths_note,
         "probe": _probe_dict(probe, duration) if probe else None,
         "lean_logits_saving_gb": _gb_or_none(lean_saving(plan, plan.chosen or plan.asked, "lean_logits")),
         "lean_attention_saving_gb": _gb_or_none(lean_saving(plan, plan.chosen or plan.asked, "lean_attention")),

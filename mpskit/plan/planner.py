@@ -29,6 +29,7 @@ from mpskit.inputs.knobs import (
     lower_ranks,
 )
 from mpskit.inputs.quantization import has_build
+from mpskit.inputs.token_lengths import DataLengths
 from mpskit.plan.budget import SAFETY_MARGIN, Budget, budget_for
 from mpskit.plan.duration import Throughput, throughput_for, tokens_per_second
 from mpskit.plan.memory import GB, Estimate, ModelDims, estimate, lean_attention_runs
@@ -56,10 +57,20 @@ class Plan:
     free: set[str] = field(default_factory=set)  # the knobs the search could move
     smallest: Option | None = None  # when nothing fits: the setting that needs the least
     throughput: Throughput | None = None  # the figures behind every option's speed
+    lengths: DataLengths | None = None  # the training rows' token lengths; None: every row at cutoff_len
+    lengths_note: str = ""  # why the lengths are unknown
 
     @property
     def fits(self) -> bool:
         return self.chosen is not None
+
+    def longest_batch(self, knobs: Knobs) -> int | None:
+        return longest_batch(self.lengths, knobs)
+
+
+def longest_batch(lengths: DataLengths | None, knobs: Knobs) -> int | None:
+    """The longest sequence the data makes under the knobs' cutoff_len (None: cutoff_len itself)."""
+    return lengths.longest_batch(knobs.cutoff_len) if lengths else None
 
 
 def candidates(
@@ -127,17 +138,20 @@ def plan(
     cutoff_floor: int | None = None,
     world_size: int = 1,
     processes_per_node: int = 1,
+    lengths: DataLengths | None = None,
 ) -> Plan:
     """The fastest setting of the free knobs that fits, from the estimate alone: no file or package
-    look-ups. When nothing fits, `would_fit` says by how much; advice.py says what would."""
+    look-ups. Memory is planned at the longest batch the data's `lengths` can make, speed at their
+    average (both at cutoff_len where they are unknown). When nothing fits, `would_fit` says by how
+    much; advice.py says what would."""
     asked = from_args(args, world_size)
     effective = effective_batch(args)
     half_is_fast = device != "mps" or bf16_is_fast(hw)
     speed = throughput_for(hw.throughput, hw.device, device)
 
     def option(knobs: Knobs) -> Option:
-        return Option(knobs, estimate(dims, knobs, stage, device),
-                      tokens_per_second(dims, knobs, stage, device, speed, half_is_fast))  # fmt: skip
+        return Option(knobs, estimate(dims, knobs, stage, device, longest_batch(lengths, knobs)),
+                      tokens_per_second(dims, knobs, stage, device, speed, half_is_fast, lengths))  # fmt: skip
 
     asked_option = option(asked)
     budget = budget_for(hw, device, asked_option.estimate.framework, budget_gb, processes_per_node)
@@ -150,11 +164,13 @@ def plan(
     fitting = [o for o in options if o.estimate.training <= limit]
     fitting.sort(key=preference, reverse=True)
     chosen = fitting[0] if fitting else None
-    result = Plan(stage, device, dims, budget, asked_option, chosen, effective_batch=effective, throughput=speed)
+    result = Plan(stage, device, dims, budget, asked_option, chosen, effective_batch=effective, throughput=speed,
+                  lengths=lengths)  # fmt: skip
     result.free = free
     if fitting:
         result.alternatives = _alternatives(fitting)
-        result.changes = changes(asked, fitting[0].knobs, effective, floor)
+        share_cut = lengths.share_cut(chosen.knobs.cutoff_len) if lengths else None
+        result.changes = changes(asked, chosen.knobs, effective, floor, share_cut)
     else:
         result.smallest = min(options, key=lambda o: o.estimate.training)
         over = (result.smallest.estimate.training - limit) / GB

@@ -1,0 +1,217 @@
+"""How long the training rows are in the model's own tokens, for the plan: `cutoff_len` is a cap that
+most rows never reach, so a plan at the cap overstates both the memory and the time.
+
+The rows of each local JSON / JSON Lines training dataset are read through their dataset_info.json
+entry (alpaca or sharegpt columns) and tokenized with the model's tokenizer.json by `tokenizers`
+(no torch, no transformers). The template's own tokens (role markers, a default system prompt) are
+counted once per conversation layout by rendering the tokenizer's chat template with empty turns.
+A set larger than SAMPLE_ROWS is sampled evenly, and the rows with the most characters are always
+tokenized as well, so the longest row (what memory is planned at) is not left to chance.
+
+A length is what LLaMA-Factory's processors make of a row: the conversation with the longer of the
+two answers for a pair (chosen and rejected are padded to one length), before `cutoff_len` cuts it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+from mpskit.inputs.dataset_checks import read_rows
+from mpskit.stages import stage_of
+
+SAMPLE_ROWS = 2000  # rows tokenized from a larger set, evenly spaced
+LONGEST_ROWS = 64  # the rows with the most characters, tokenized whatever the sample holds
+PAD_MULTIPLE = 8  # LLaMA-Factory's collators pad each batch to a multiple of 8 tokens
+TURN_TOKENS = 4  # a template's tokens per turn where the tokenizer has no chat template
+
+
+@dataclass(frozen=True)
+class DataLengths:
+    """Token lengths of the training rows (a sample where the set is large), before cutoff_len."""
+
+    tokens: tuple[int, ...]  # sorted
+    rows: int  # the rows they stand for
+    longest: int
+    source: str  # how they were counted, for the plan's lines
+
+    def capped(self, cutoff: int) -> list[int]:
+        return [_padded(min(length, cutoff)) for length in self.tokens]
+
+    def mean(self, cutoff: int) -> float:
+        """The tokens of an average row under cutoff_len (padded to the collator's multiple)."""
+        return statistics.fmean(self.capped(cutoff))
+
+    def batch_mean(self, cutoff: int, batch: int) -> float:
+        """The length a micro-batch of `batch` shuffled rows pads to, on average: the expected longest
+        of `batch` draws from the rows' lengths."""
+        lengths, count = self.capped(cutoff), len(self.tokens)
+        return sum(length * (((k + 1) / count) ** batch - (k / count) ** batch) for k, length in enumerate(lengths))
+
+    def longest_batch(self, cutoff: int) -> int:
+        """The longest batch the data can make: what the memory plan takes."""
+        return _padded(min(self.longest, cutoff))
+
+    def share_cut(self, cutoff: int) -> float:
+        """The share of rows longer than cutoff_len (LLaMA-Factory truncates them)."""
+        return 1 - bisect.bisect_right(self.tokens, cutoff) / len(self.tokens)
+
+    def summary(self, cutoff: int) -> str:
+        cut = self.share_cut(cutoff)
+        cut_text = f"{cut:.0%} of rows cut at cutoff_len {cutoff}" if cut else f"none over cutoff_len {cutoff}"
+        return (f"{self.source}: median {statistics.median(self.tokens):.0f} tokens, longest {self.longest}, "
+                f"{cut_text}")  # fmt: skip
+
+    def as_dict(self, cutoff: int) -> dict:
+        return {
+            "source": self.source,
+            "rows": self.rows,
+            "median": statistics.median(self.tokens),
+            "mean_under_cutoff": round(self.mean(cutoff), 1),
+            "longest": self.longest,
+            "share_cut": round(self.share_cut(cutoff), 4),
+        }
+
+
+def _padded(length: int) -> int:
+    return math.ceil(length / PAD_MULTIPLE) * PAD_MULTIPLE
+
+
+def data_lengths(args: dict, stage: str, tokenizer_dir: Path | None) -> tuple[DataLengths | None, str]:
+    """The training rows' token lengths, or None and why the plan takes every row at cutoff_len."""
+    if args.get("packing") or args.get("neat_packing"):
+        return None, "packing fills every sequence to cutoff_len"
+    if tokenizer_dir is None or not (tokenizer_dir / "tokenizer.json").is_file():
+        return None, "no local tokenizer.json to count the rows' tokens with"
+    conversations = _training_conversations(args, stage)
+    if isinstance(conversations, str):
+        return None, conversations
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own Exception type
+        return None, f"cannot read {tokenizer_dir / 'tokenizer.json'} ({type(err).__name__})"
+    total = len(conversations)
+    chosen = _sample(conversations)
+    template = _chat_template(tokenizer_dir)
+    texts = [text for _, turns, answers in chosen for text in [*turns, *answers]]
+    counts = iter(len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False)) if texts else iter(())
+    tokens = []
+    for roles, turns, answers in chosen:
+        shared = sum(next(counts) for _ in turns)
+        longer = max((next(counts) for _ in answers), default=0)
+        tokens.append(_template_tokens(tokenizer, template, roles) + shared + longer)
+    source = f"all {total} rows" if len(chosen) == total else f"{len(chosen)} of {total} rows"
+    return DataLengths(tuple(sorted(tokens)), total, max(tokens), f"token lengths of {source}"), ""
+
+
+Conversation = tuple[tuple[str, ...], list[str], list[str]]  # roles, texts of the turns, the pair's answers
+
+
+def _training_conversations(args: dict, stage: str) -> list[Conversation] | str:
+    """Every training row as roles and texts, or why they cannot be read here."""
+    dataset_dir = Path(str(args.get("dataset_dir", "data")))
+    names = [name.strip() for name in str(args.get("dataset") or "").split(",") if name.strip()]
+    try:
+        info = json.loads((dataset_dir / "dataset_info.json").read_text(encoding="utf-8"))
+        conversations = []
+        for name in names:
+            entry = info[name]
+            path = dataset_dir / str(entry.get("file_name", ""))
+            if "file_name" not in entry or path.suffix not in (".json", ".jsonl") or not path.is_file():
+                return f"dataset '{name}' is not a local JSON file"
+            rows = read_rows(path)
+            rows = rows[: int(args.get("max_samples") or len(rows))]
+            read = (_conversation(entry, row, stage) for row in rows if isinstance(row, dict))
+            conversations += [conversation for conversation in read if conversation]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, MpskitError):
+        return "the training data cannot be read here"
+    return conversations or "no training row could be read"
+
+
+def _conversation(entry: dict, row: dict, stage: str) -> Conversation | None:
+    """A row as LLaMA-Factory's converters read it: alpaca or sharegpt / openai columns, where system
+    and history are read only where dataset_info.json maps them."""
+    columns = entry.get("columns") or {}
+    ranking = bool(entry.get("ranking")) and stage_of(stage).pairs
+    turns: list[tuple[str, object]] = []
+    if columns.get("system") and row.get(columns["system"]):
+        turns.append(("system", row[columns["system"]]))
+    if entry.get("formatting", "alpaca") == "alpaca":
+        for query, answer in (row.get(columns["history"]) if columns.get("history") else None) or []:
+            turns += [("user", query), ("assistant", answer)]
+        prompt = [row.get(columns.get("prompt", "instruction")), row.get(columns.get("query", "input"))]
+        turns.append(("user", "\n".join(str(part) for part in prompt if part)))
+        answers = [row.get(columns.get(k, k)) for k in ("chosen", "rejected")] if ranking else []
+        if not ranking:
+            turns.append(("assistant", row.get(columns.get("response", "output"))))
+    else:
+        tags = entry.get("tags") or {}
+        role_tag, content_tag = tags.get("role_tag", "from"), tags.get("content_tag", "value")
+        assistant = (tags.get("assistant_tag", "gpt"), tags.get("function_tag", "function_call"), "assistant")
+        system = (tags.get("system_tag", "system"), "system")
+        for message in row[columns.get("messages", "conversations")]:
+            role = message[role_tag]
+            turns.append(("assistant" if role in assistant else "system" if role in system else "user",
+                          message[content_tag]))  # fmt: skip
+        answers = [row[columns.get(k, k)][content_tag] for k in ("chosen", "rejected")] if ranking else []
+    if not all(isinstance(text, str) for _, text in turns) or not all(isinstance(text, str) for text in answers):
+        return None
+    roles = tuple(role for role, _ in turns) + (("assistant",) if ranking else ())
+    return roles, [str(text) for _, text in turns], [str(text) for text in answers]
+
+
+def _sample(conversations: list[Conversation]) -> list[Conversation]:
+    """SAMPLE_ROWS evenly spaced rows and the LONGEST_ROWS with the most characters."""
+    if len(conversations) <= SAMPLE_ROWS:
+        return conversations
+    step = len(conversations) / SAMPLE_ROWS
+    picked = {int(i * step) for i in range(SAMPLE_ROWS)}
+    size = [sum(map(len, turns)) + max(map(len, answers), default=0) for _, turns, answers in conversations]
+    picked |= set(sorted(range(len(conversations)), key=size.__getitem__)[-LONGEST_ROWS:])
+    return [conversations[i] for i in sorted(picked)]
+
+
+def _chat_template(tokenizer_dir: Path) -> str | None:
+    """The tokenizer's chat template: chat_template.jinja (transformers 5) or tokenizer_config.json's."""
+    jinja = tokenizer_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    try:
+        config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+        template = config.get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(template, list):  # named templates: the default one
+        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+    return template if isinstance(template, str) else None
+
+
+@cache
+def _template_tokens(tokenizer, template: str | None, roles: tuple[str, ...]) -> int:
+    """The template's tokens around turns of these roles: the chat template rendered with empty turns."""
+    if template is None:
+        return TURN_TOKENS * len(roles)
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    environment.globals["raise_exception"] = raise_exception
+    try:
+        text = environment.from_string(template).render(
+            messages=[{"role": role, "content": ""} for role in roles], add_generation_prompt=False,
+            bos_token="", eos_token="",
+        )  # fmt: skip
+    except Exception:  # noqa: BLE001 - a template this cannot render: a plain per-turn count
+        return TURN_TOKENS * len(roles)
+    return len(tokenizer.encode(text, add_special_tokens=False).ids)

@@ -1,0 +1,149 @@
+"""The plan's token lengths of the training rows (mpskit/inputs/token_lengths.py) against what
+LLaMA-Factory's own data pipeline makes of the same rows, and what the plan does with them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import run_mpskit
+
+from mpskit.inputs import token_lengths
+from mpskit.inputs.data_shapes import read_shape
+from mpskit.inputs.dataset_checks import read_rows
+from mpskit.inputs.knobs import changes, from_args
+from mpskit.inputs.token_lengths import DataLengths, data_lengths
+from mpskit.plan.advice import _cut_words
+
+ROOT = Path(__file__).resolve().parent.parent
+SHAPES = ROOT / "tests" / "data" / "shapes"
+DEMO = ROOT / "mpskit" / "data"
+DEMO_INFO = json.loads((DEMO / "dataset_info.json").read_text())
+MAPPED_SHAPES = ("alpaca_history.json", "openai_messages_system.jsonl", "llamafactory_sharegpt_preference.json")
+
+
+def _shape_entry(path: Path) -> dict:
+    return read_shape(read_rows(path), path.name).entry  # the entry `mpskit train dataset=FILE` registers
+
+
+# (stage, dataset name, its file, its dataset_info.json entry)
+CASES = [
+    ("sft", "demo_sft", DEMO / "demo_sft.json", DEMO_INFO["demo_sft"]),
+    ("dpo", "demo_pref", DEMO / "demo_pref.json", DEMO_INFO["demo_pref"]),
+    *[("dpo" if "preference" in name else "sft", name.split(".")[0], SHAPES / name, _shape_entry(SHAPES / name))
+      for name in MAPPED_SHAPES],
+]  # fmt: skip
+
+
+def _data_dir(tmp_path: Path, name: str, path: Path, entry: dict) -> Path:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    shutil.copy(path, folder / path.name)
+    (folder / "dataset_info.json").write_text(json.dumps({name: {**entry, "file_name": path.name}}))
+    return folder
+
+
+def _llamafactory_lengths(model: Path, data: Path, name: str, stage: str, cutoff: int, out: Path) -> list[int]:
+    """Each training row's length as LLaMA-Factory tokenizes it (the longer sequence of a pair)."""
+    from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
+    from llamafactory.hparams import get_train_args
+    from llamafactory.model import load_tokenizer
+
+    model_args, data_args, training_args, *_ = get_train_args(
+        {"stage": stage, "model_name_or_path": str(model), "dataset": name, "dataset_dir": str(data),
+         "template": "qwen", "cutoff_len": cutoff, "output_dir": str(out), "do_train": True,
+         "finetuning_type": "lora", "report_to": "none", "overwrite_cache": True}
+    )  # fmt: skip
+    tokenizer_module = load_tokenizer(model_args)
+    template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
+    loaded = get_dataset(template, model_args, data_args, training_args, "rm" if stage == "dpo" else stage,
+                         **tokenizer_module)["train_dataset"]  # fmt: skip
+    if "input_ids" in loaded.column_names:
+        return [len(ids) for ids in loaded["input_ids"]]
+    return [max(len(a), len(b)) for a, b in zip(loaded["chosen_input_ids"], loaded["rejected_input_ids"], strict=True)]
+
+
+@pytest.mark.parametrize(("stage", "name", "path", "entry"), CASES, ids=[case[1] for case in CASES])
+def test_the_lengths_are_llamafactorys_own(tiny_model, tmp_path, stage, name, path, entry):
+    """Row by row the same lengths as LLaMA-Factory's processors, under a cutoff that cuts none and
+    one that cuts every row."""
+    data = _data_dir(tmp_path, name, path, entry)
+    lengths, why = data_lengths({"dataset": name, "dataset_dir": str(data)}, stage, tiny_model)
+    assert lengths is not None, why
+    for cutoff in (4096, 16):
+        theirs = _llamafactory_lengths(tiny_model, data, name, stage, cutoff, tmp_path / f"out{cutoff}")
+        assert sorted(min(length, cutoff) for length in lengths.tokens) == sorted(theirs)
+
+
+def test_a_large_set_is_sampled_and_its_longest_row_is_always_counted(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(token_lengths, "SAMPLE_ROWS", 20)
+    rows = [{"instruction": f"question {i}", "output": "yes"} for i in range(300)]
+    rows[137]["output"] = "a much longer answer " * 40
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "rows.json").write_text(json.dumps(rows))
+    (data / "dataset_info.json").write_text(json.dumps({"rows": {"file_name": "rows.json"}}))
+    lengths, _ = data_lengths({"dataset": "rows", "dataset_dir": str(data)}, "sft", tiny_model)
+    assert lengths.rows == 300 and len(lengths.tokens) < 300
+    assert lengths.source == f"token lengths of {len(lengths.tokens)} of 300 rows"
+    assert lengths.longest == max(lengths.tokens) > 2 * sorted(lengths.tokens)[-2]
+
+
+def test_what_the_lengths_say_under_a_cutoff():
+    lengths = DataLengths(tokens=(10, 20, 30, 100), rows=4, longest=100, source="token lengths of all 4 rows")
+    assert lengths.longest_batch(4096) == 104 and lengths.longest_batch(64) == 64  # padded to a multiple of 8
+    assert lengths.share_cut(4096) == 0 and lengths.share_cut(25) == 0.5
+    assert lengths.mean(4096) == (16 + 24 + 32 + 104) / 4
+    assert lengths.batch_mean(4096, 1) == pytest.approx(lengths.mean(4096))
+    assert lengths.mean(4096) < lengths.batch_mean(4096, 2) < lengths.batch_mean(4096, 8) < 104
+    said = "token lengths of all 4 rows: median 25 tokens, longest 100, 50% of rows cut at cutoff_len 25"
+    assert lengths.summary(25) == said
+
+
+def test_without_a_tokenizer_or_with_packing_the_plan_keeps_cutoff_len(tiny_model, tmp_path):
+    args = {"dataset": "demo_sft", "dataset_dir": str(DEMO)}
+    assert data_lengths(args, "sft", tmp_path) == (None, "no local tokenizer.json to count the rows' tokens with")
+    assert data_lengths({**args, "packing": True}, "sft", tiny_model)[0] is None
+    missing = data_lengths({**args, "dataset": "missing"}, "sft", tiny_model)
+    assert missing == (None, "the training data cannot be read here")
+
+
+def _plan(*words: str) -> dict:
+    done = run_mpskit("plan", "--json", "--hardware", "m1-8gb", "preset=sft", f"dataset_dir={DEMO}", "cutoff_len=4096",
+                      "template=qwen", *words)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_the_plan_takes_memory_at_the_longest_row_and_time_at_the_rows_own_lengths(tiny_model, tmp_path):
+    """The demo's 264 short rows at cutoff_len 4096: planned at their lengths, against the same model
+    with no tokenizer to count them (every row at the cap, as before)."""
+    no_tokenizer = tmp_path / "config-only"
+    no_tokenizer.mkdir()
+    shutil.copy(tiny_model / "config.json", no_tokenizer)
+    at_data = _plan(f"model_name_or_path={tiny_model}")
+    at_cap = _plan(f"model_name_or_path={no_tokenizer}")
+    assert at_data["lengths"]["source"] == "token lengths of all 264 rows" and at_data["lengths"]["longest"] < 100
+    assert at_cap["lengths"] is None and at_cap["lengths_note"].startswith("no local tokenizer.json")
+    assert at_data["chosen"]["knobs"]["cutoff_len"] == at_cap["chosen"]["knobs"]["cutoff_len"] == 4096
+    data_gb, cap_gb = (plan["chosen"]["estimate"]["training_gb"] for plan in (at_data, at_cap))
+    assert data_gb < cap_gb / 5
+    data_s, cap_s = (plan["duration"]["predicted_s"] for plan in (at_data, at_cap))
+    assert at_data["duration"]["steps"] == at_cap["duration"]["steps"]
+    assert data_s < cap_s / 3  # the tiny model's steps are mostly their fixed cost
+    text = run_mpskit("plan", "--hardware", "m1-8gb", "preset=sft", f"dataset_dir={DEMO}", "cutoff_len=4096",
+                      f"model_name_or_path={tiny_model}", "template=qwen").stdout  # fmt: skip
+    assert "at the data's longest" in text and "token lengths of all 264 rows: median" in text
+
+
+def test_a_shorter_cutoff_says_what_share_of_the_rows_it_cuts():
+    lengths = DataLengths(tokens=(10, 20, 30, 100), rows=4, longest=100, source="token lengths of all 4 rows")
+    asked = from_args({"cutoff_len": 1024})
+    said = changes(asked, replace(asked, cutoff_len=25), 1, 16, lengths.share_cut(25))
+    assert said == ["cutoff_len 1024 -> 25: nothing fits at 1024 (floor 16; set min_cutoff_len to change it); "
+                    "it truncates 50% of the rows"]  # fmt: skip
+    assert _cut_words(lengths, 64) == "it cuts 25% of the rows: a run only for short ones"
+    assert _cut_words(None, 64) == "every example cut to 64 tokens: a run only for short ones"
