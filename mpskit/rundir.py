@@ -266,7 +266,7 @@ def read_record(run_dir: Path) -> RunRecord:
 
 
 # Keys of the monitor's and the plan's figures (Memory.measured, .predicted, Attempt.measured) that
-# readers do arithmetic with: a number, or numbers in a list or a mapping.
+# readers do arithmetic with: a number, or numbers in a list (of numbers or of pairs) or a mapping.
 FIGURE_SUFFIXES = ("_gb", "_s", "_seconds")
 
 
@@ -300,6 +300,8 @@ def _damage(data: dict, cls: type, where: str) -> str | None:
 def _figure_damage(figures: dict, where: str) -> str | None:
     for key, figure in figures.items():
         numbers = figure.values() if isinstance(figure, dict) else figure if isinstance(figure, list) else [figure]
+        if isinstance(figure, list) and all(isinstance(entry, list) and len(entry) == 2 for entry in figure):
+            numbers = [number for pair in figure for number in pair]  # samples: [seconds, GB]; spans
         if key.endswith(FIGURE_SUFFIXES) and not all(_is_of(number, float | None) for number in numbers):
             return f"{where}.{key} is {json.dumps(figure)[:40]}, not a figure"
     return None

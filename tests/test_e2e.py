@@ -26,11 +26,12 @@ def losses(run_dir: Path) -> list[float]:
 
 
 def assert_trained(run_dir: Path) -> None:
-    for name in ("adapter_model.safetensors", "adapter_config.json", "training_loss.png", "llamafactory.yaml"):
+    for name in ("adapter_model.safetensors", "adapter_config.json", "loss.png", "llamafactory.yaml"):
         assert (run_dir / name).is_file(), name
     logged = losses(run_dir)
     assert len(logged) >= 3 and all(math.isfinite(x) for x in logged)
-    assert (run_dir / "training_loss.png").stat().st_size > 10_000
+    assert (run_dir / "loss.png").stat().st_size > 10_000
+    assert not (run_dir / "training_loss.png").exists()  # LLaMA-Factory's smoothed plot is off
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +100,12 @@ def test_dpo_learns_the_held_out_preference(dpo_run):
     results = json.loads((dpo_run / "all_results.json").read_text())
     assert results["eval_rewards/accuracies"] > 0.5
     assert results["eval_rewards/margins"] > 0
+    # the log-ratio gap is the margin with DPO's one beta (0.1) factored out, step by step
+    assert results["eval_rewards/margins"] == pytest.approx(0.1 * results["eval_rewards/log_ratio_gap"], rel=1e-4)
+    rows = [json.loads(line) for line in (dpo_run / "trainer_log.jsonl").read_text().splitlines()]
+    for row in (row for row in rows if "loss" in row):
+        assert row["rewards/margins"] == pytest.approx(0.1 * row["rewards/log_ratio_gap"], rel=1e-4, abs=1e-7)
+    assert (dpo_run / "rewards.png").stat().st_size > 10_000
 
 
 def test_a_second_run_never_touches_the_first(tmp_path, tiny_model):

@@ -56,6 +56,7 @@ def test_foodpo_learns_and_logs_its_beta(tmp_path, tiny_model):
         (row,) = list(csv.DictReader(f))
     assert float(row["pref_beta_scale"]) == 0.2
     assert float(row["eval_rewards/accuracies"]) == results["eval_rewards/accuracies"]
+    assert float(row["eval_rewards/log_ratio_gap"]) == results["eval_rewards/log_ratio_gap"]
     assert (tmp_path / "cmp" / "comparison.png").is_file() and "| foodpo |" in compared.stdout
 
 

@@ -116,10 +116,10 @@ class FooDPOTrainer(LeanDPOTrainer):
 
 
 def build_dpo_trainer(args: dict, foodpo: FooDPOConfig | None = None, lean: bool = False) -> CustomDPOTrainer:
-    """LLaMA-Factory's DPO trainer (fooDPO's, given a config; on the lean path, given lean) built the
-    way run_dpo builds it, for measurements and tests that need the trainer object itself."""
+    """LLaMA-Factory's DPO trainer as mpskit runs it (fooDPO's, given a config; its lean path on or
+    off) built the way run_dpo builds it, for measurements and tests that need the trainer itself."""
     if foodpo is not None:
         cls = functools.partial(FooDPOTrainer, foodpo=foodpo, lean=LeanPath(lean))
     else:
-        cls = functools.partial(LeanDPOTrainer, lean=LeanPath(True)) if lean else CustomDPOTrainer
+        cls = functools.partial(LeanDPOTrainer, lean=LeanPath(lean))
     return build_trainer(dict(args, stage="dpo"), cls)

@@ -115,6 +115,21 @@ class LeanDPOTrainer(Resumable, CustomDPOTrainer):
         """Positions beyond the answers whose next-token log-probability a subclass needs."""
         return None
 
+    def compute_preference_loss(self, policy_chosen, policy_rejected, reference_chosen, reference_rejected):
+        """LLaMA-Factory's loss; keeps each pair's log-ratio gap, the reward margin with beta factored
+        out, so runs of different (or dynamic) betas compare on one scale."""
+        if reference_chosen is not None:
+            gap = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
+            self._log_ratio_gap = gap.detach().float().mean().item()
+        return super().compute_preference_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected)
+
+    def get_batch_loss_metrics(self, model, batch, train_eval="train"):
+        self._log_ratio_gap = None
+        loss, metrics = super().get_batch_loss_metrics(model, batch, train_eval)
+        if self._log_ratio_gap is not None:
+            metrics[f"{'eval_' if train_eval == 'eval' else ''}rewards/log_ratio_gap"] = self._log_ratio_gap
+        return loss, metrics
+
     def concatenated_forward(self, model, batch, is_ref_model: bool = False):
         part = "reference forward" if is_ref_model else "training" if model.training else "evaluation"
         if self.lean.enabled and self.ld_alpha is not None and not is_ref_model:

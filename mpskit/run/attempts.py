@@ -34,7 +34,18 @@ from mpskit.rundir import FINISHED, Attempt, Duration, Ladder, RunDir, point_lat
 MAX_ATTEMPTS = 4
 
 
-def _record_attempt(run: RunDir, attempt: Attempt, samples: list) -> None:
+def _plot(run: RunDir, stage: object) -> None:
+    """The run's loss and reward plots (and fooDPO's beta plot), from the trainer's log history."""
+    from mpskit.run.plots import plot_foodpo, plot_training, run_title
+
+    title = run_title(run.record)
+    for line in plot_training(run.path, title):
+        print(f"mpskit: {line}", file=sys.stderr)
+    if stage == "foodpo":
+        plot_foodpo(run.path, title)
+
+
+def _record_attempt(run: RunDir, attempt: Attempt) -> None:
     """Rank 0 writes mpskit.json and memory.png; with several processes each also writes rank-N.json."""
     from mpskit.run.plots import plot_memory, run_title
 
@@ -45,14 +56,15 @@ def _record_attempt(run: RunDir, attempt: Attempt, samples: list) -> None:
             return
     measured, memory = attempt.measured, run.record.memory
     if measured:
-        memory.measured = measured
+        memory.measured = {key: value for key, value in measured.items() if key != "samples_gb"}  # kept per attempt
         predicted = memory.predicted_training_gb
         if predicted and measured["training_gb"] > 0:
             memory.error = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
         _add_measured_time(run.record.duration, measured["step_seconds"], attempt.outcome == FINISHED)
     run.add_attempt(attempt)
     if measured:
-        plot_memory(run.path, samples, measured, memory.predicted_training_gb, memory.budget_gb, run_title(run.record))
+        title = run_title(run.record)
+        plot_memory(run.path, run.record.attempts, memory.predicted_training_gb, memory.budget_gb, title)
 
 
 def _add_measured_time(duration: Duration, step_seconds: list[float], finished: bool) -> None:
@@ -117,7 +129,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                     lean_paths = lf.run(attempt_args, callbacks=callbacks)
         except Stopped as stop:
             attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
-            _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
+            _record_attempt(run, _with_measured(attempt, monitor))
             raise Interrupted(run.path, run.last_checkpoint()) from None
         except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
             oom = recognise(err)
@@ -127,11 +139,9 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
         else:
             attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
             attempt.lean_logits, attempt.lean_attention = lean_paths["lean_logits"], lean_paths["lean_attention"]
-            if args.get("stage") == "foodpo" and rank() == 0:
-                from mpskit.run.plots import plot_foodpo, run_title
-
-                plot_foodpo(run.path, run_title(run.record))
-            _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
+            if rank() == 0:
+                _plot(run, args.get("stage"))
+            _record_attempt(run, _with_measured(attempt, monitor))
             if guard.signal_name:
                 raise Interrupted(run.path, run.last_checkpoint())
             rungs = [entry.next_rung for entry in run.record.attempts if entry.next_rung]
@@ -144,7 +154,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
         rung = next_rung(before, effective, set(ladder.free), ladder.cutoff_floor)
         attempt.outcome, attempt.device_figures = "out of memory", vars(oom)
         attempt.next_rung = rung[1] if rung else None
-        _record_attempt(run, _with_measured(attempt, monitor), _samples(monitor))
+        _record_attempt(run, _with_measured(attempt, monitor))
         if rung is None or number == first + MAX_ATTEMPTS - 1:
             consent = "" if "lora_rank" in ladder.free else " (or add oom_ladder=adapt: mpskit may then lower them)"
             raise MpskitError(
@@ -178,10 +188,6 @@ def _with_measured(attempt: Attempt, monitor) -> Attempt:
     return attempt
 
 
-def _samples(monitor) -> list:
-    return monitor.samples if monitor else []
-
-
 def _fail(run: RunDir, attempt: Attempt, err: Exception, args: dict, began: bool) -> NoReturn:
     """Record a failed attempt and end in one line (run/boundary.py; the traceback goes to train.log):
     a full disk with the resume command; an error of the libraries before the first step ended as a
@@ -191,7 +197,7 @@ def _fail(run: RunDir, attempt: Attempt, err: Exception, args: dict, began: bool
         f"error: {'disk full' if full else err.problem if isinstance(err, MpskitError) else type(err).__name__}"
     )
     try:
-        _record_attempt(run, attempt, [])
+        _record_attempt(run, attempt)
     except OSError:
         if not full:  # a full disk may not even take the record
             raise

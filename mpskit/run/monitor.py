@@ -6,7 +6,7 @@ with the kernel's exact high-water mark (`ru_maxrss`) so no short spike is misse
 taken when the monitor is made, after the framework is imported and before the model loads, so
 `training` is what the run itself adds; `loaded` is what the model added before the first step, and
 `loading_peak` the highest it went until then. It also keeps each optimizer step's wall time, for
-throughput.
+throughput, and when training began and each evaluation ran, for memory.png's phases.
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ class MemoryMonitor(TrainerCallback):
         self.loaded = self.baseline  # after the model loads, before the first step
         self.loading_peak = self.baseline  # the highest until then (reading the data, loading the model)
         self.step_ends: list[float] = []
+        self.train_began_s: float | None = None  # seconds since the monitor started
+        self.eval_spans_s: list[tuple[float, float]] = []
+        self._eval_start: float | None = None
         self._last_exact = self._read_peak() if self._read_peak else 0
         self._started = time.perf_counter()
         self._stop = threading.Event()
@@ -93,11 +96,26 @@ class MemoryMonitor(TrainerCallback):
                 self._observe(value)
                 self._last_exact = value
 
+    def _now(self) -> float:
+        return time.perf_counter() - self._started
+
     def on_train_begin(self, args, state, control, **kwargs):
         self.loaded = self._read()
         self.update_exact_peak()
         self.loading_peak = self.peak
         self.step_ends.append(time.perf_counter())
+        self.train_began_s = self._now()
+        return control
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        if self._eval_start is None:
+            self._eval_start = self._now()
+        return control
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if self._eval_start is not None:
+            self.eval_spans_s.append((round(self._eval_start, 2), round(self._now(), 2)))
+        self._eval_start = None
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -117,4 +135,20 @@ class MemoryMonitor(TrainerCallback):
             "loaded_gb": round((self.loaded - self.baseline) / GB, 4),
             "loading_peak_gb": round((self.loading_peak - self.baseline) / GB, 4),
             "step_seconds": [round(b - a, 4) for a, b in itertools.pairwise(self.step_ends)],
+            "train_began_s": None if self.train_began_s is None else round(self.train_began_s, 2),
+            "eval_spans_s": self.eval_spans_s,
+            "samples_gb": self.kept_samples(),
         }
+
+    def kept_samples(self, points: int = 300) -> list[list[float]]:
+        """[seconds, GB above the baseline] for memory.png: the highest sample of each of at most
+        `points` equal stretches of time, so no peak is smoothed away."""
+        if not self.samples:
+            return []
+        end = self.samples[-1][0] or 1.0
+        kept: dict[int, tuple[float, int]] = {}
+        for seconds, value in self.samples:
+            bucket = min(int(seconds / end * points), points - 1)
+            if bucket not in kept or value > kept[bucket][1]:
+                kept[bucket] = (seconds, value)
+        return [[round(t, 2), round((v - self.baseline) / GB, 4)] for t, v in kept.values()]

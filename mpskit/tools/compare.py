@@ -1,4 +1,8 @@
-"""`mpskit compare`: a table (CSV and Markdown) and one plot over finished DPO / fooDPO runs."""
+"""`mpskit compare`: a table (CSV and Markdown) and one plot over finished DPO / fooDPO runs.
+
+Runs are compared on what does not scale with beta: held-out reward accuracy and the log-ratio gap
+(the reward margin with beta factored out). The margin itself is beta times the gap, so DPO at 0.1
+and fooDPO at a dynamic beta near 0.035 would rank by beta, not by what they learnt."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from mpskit.errors import MpskitError
 from mpskit.rundir import RunDir, cannot_write, check_output_path
 
 COLUMNS = ("run", "stage", "pref_beta_scale", "final_train_loss", "eval_rewards/accuracies",
-           "eval_rewards/margins", "mean_dynamic_beta")  # fmt: skip
+           "eval_rewards/log_ratio_gap", "eval_rewards/margins", "mean_dynamic_beta")  # fmt: skip
 
 
 def summarise_run(run_dir: Path) -> dict:
@@ -27,10 +31,22 @@ def summarise_run(run_dir: Path) -> dict:
         "pref_beta_scale": args.get("pref_beta_scale", 0.0) if record.stage == "foodpo" else "-",
         "final_train_loss": train_rows[-1]["loss"] if train_rows else float("nan"),
         "eval_rewards/accuracies": results.get("eval_rewards/accuracies"),
+        "eval_rewards/log_ratio_gap": _log_ratio_gap(results, record.stage, args),
         "eval_rewards/margins": results.get("eval_rewards/margins"),
         "mean_dynamic_beta": statistics.fmean(betas) if betas else args.get("pref_beta"),
         "_losses": [(row["current_steps"], row["loss"]) for row in train_rows],
     }
+
+
+def _log_ratio_gap(results: dict, stage: str, args: dict) -> float | None:
+    """The held-out log-ratio gap as the trainer logged it; for a DPO run from before it was logged,
+    its margin over its one beta (exact for a fixed beta)."""
+    if "eval_rewards/log_ratio_gap" in results:
+        return results["eval_rewards/log_ratio_gap"]
+    margin = results.get("eval_rewards/margins")
+    if stage == "dpo" and isinstance(margin, (int, float)):
+        return margin / float(args.get("pref_beta", 0.1))
+    return None
 
 
 def _cell(value) -> str:
@@ -74,18 +90,27 @@ def _plot(runs: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (loss_axis, bar_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (loss_axis, accuracy_axis, gap_axis) = plt.subplots(1, 3, figsize=(15, 4))
     labels = distinct_labels(runs)
     for run, label in zip(runs, labels, strict=True):
         steps, losses = zip(*run["_losses"], strict=True) if run["_losses"] else ((), ())
-        loss_axis.plot(steps, losses, label=label)
+        loss_axis.plot(steps, losses, marker="o", markersize=3, label=label)
     loss_axis.set_xlabel("optimizer step")
     loss_axis.set_ylabel("train loss")
     loss_axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize="small")  # below: off the lines
-    bar_axis.bar(range(len(runs)), [run["eval_rewards/margins"] or 0.0 for run in runs], color="tab:orange")
-    bar_axis.set_xticks(range(len(runs)), labels, rotation=20, ha="right", fontsize="small")
-    bar_axis.set_ylabel("held-out reward margin")
-    fig.suptitle("DPO vs fooDPO by pref_beta_scale")
+    for axis, key, ylabel, color in (
+        (accuracy_axis, "eval_rewards/accuracies", "held-out reward accuracy", "tab:green"),
+        (gap_axis, "eval_rewards/log_ratio_gap", "held-out log-ratio gap (margin / beta)", "tab:orange"),
+    ):
+        values = [run[key] for run in runs]
+        axis.bar(range(len(runs)), [v or 0.0 for v in values], color=color)
+        for i, value in enumerate(values):
+            axis.annotate("n/a" if value is None else f"{value:.3g}", (i, value or 0.0), ha="center", va="bottom",
+                          fontsize="small")  # fmt: skip
+        axis.set_xticks(range(len(runs)), labels, rotation=20, ha="right", fontsize="small")
+        axis.set_ylabel(ylabel)
+    accuracy_axis.set_ylim(0, 1.1)
+    fig.suptitle("DPO vs fooDPO by pref_beta_scale: what they learnt, with beta factored out")
     fig.tight_layout()
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -17,19 +17,21 @@ from mpskit.rundir import RunDir, make_new_folder
 STAGES = ("sft", "dpo", "foodpo")
 # Small enough for a 2-core CPU, large enough that DPO's held-out reward accuracy clearly moves;
 # evaluated before the first step too, so each stage shows what training changed.
-DEMO_ARGS = ["model_preset=tiny", "learning_rate=5e-3", "num_train_epochs=2", "cutoff_len=128", "eval_on_start=true"]
+DEMO_ARGS = ["model_preset=tiny", "num_train_epochs=2", "cutoff_len=128", "eval_on_start=true"]
 CHAT_PROMPT = "55加1等于多少？"  # a held-out demo question (demo_pref_eval.json)
-# what each stage's held-out evaluation is judged by: SFT the answers' loss, DPO the reward accuracy
 NEXT_COMMANDS = ("mpskit: next:", "mpskit:      ")  # each stage's summary, but the commands: chat comes last
-HELD_OUT = {"sft": "eval_loss", "dpo": "eval_rewards/accuracies", "foodpo": "eval_rewards/accuracies"}
+# What each stage's held-out evaluation is judged by, and its name in the table: SFT the answers' loss;
+# DPO and fooDPO the log-ratio gap (the reward margin with beta factored out: their betas differ) and
+# the reward accuracy, which a base model's ties (every reward 0) leave at 0 before the first step.
+PREFERENCE = {"eval_rewards/log_ratio_gap": "gap", "eval_rewards/accuracies": "accuracy"}
+HELD_OUT = {"sft": {"eval_loss": "loss"}, "dpo": PREFERENCE, "foodpo": PREFERENCE}
 
 
 @dataclass
 class StageResult:
     stage: str
-    steps: int
     final_loss: float
-    held_out: tuple[float, float]  # HELD_OUT[stage] before the first step and at the end
+    held_out: dict[str, tuple[float, float]]  # each HELD_OUT[stage] figure of the base model and at the end
     memory_gb: float  # the training process's peak above what it held before the model loaded
     predicted_gb: float | None
     wall_s: float
@@ -40,13 +42,15 @@ def summarise(stage: str, run_dir: Path, wall_s: float) -> StageResult:
     run = RunDir.open(run_dir)
     log = run.log()
     losses = [row["loss"] for row in log if "loss" in row]
-    evaluations = [row[HELD_OUT[stage]] for row in log if HELD_OUT[stage] in row]
-    final = run.results().get(HELD_OUT[stage], math.nan)
+    results = run.results()
+    held_out = {}
+    for key in HELD_OUT[stage]:
+        evaluations = [row[key] for row in log if key in row]  # the first: eval_on_start, the base model
+        held_out[key] = (evaluations[0] if evaluations else math.nan, results.get(key, math.nan))
     return StageResult(
         stage=stage,
-        steps=max(row["current_steps"] for row in log),
         final_loss=losses[-1] if losses else math.nan,
-        held_out=(evaluations[0] if evaluations else math.nan, final),
+        held_out=held_out,
         memory_gb=run.record.memory.measured.get("training_gb", math.nan),
         predicted_gb=run.record.memory.predicted_training_gb,
         wall_s=wall_s,
@@ -73,26 +77,19 @@ def run_stage(stage: str, hardware: str | None, log_path: Path) -> StageResult:
 
 
 def format_table(results: list[StageResult]) -> str:
-    header = ("stage", "steps", "final train loss", "held-out: step 0 -> end", "peak train memory (plan)", "wall",
-              "run directory")  # fmt: skip
+    """The stages side by side in 80 columns (their steps are in each stage's summary above), their run
+    folders below."""
+    header = ("stage", "loss", "held out: base -> trained", "memory GB (plan)", "wall")
     rows = [header]
     for r in results:
-        name = HELD_OUT[r.stage].removeprefix("eval_").replace("rewards/accuracies", "reward accuracy")
+        held_out = ", ".join(f"{HELD_OUT[r.stage][key]} {before:.2f} -> {after:.2f}"
+                             for key, (before, after) in r.held_out.items())  # fmt: skip
         plan = f" ({r.predicted_gb:.2f})" if r.predicted_gb else ""
-        rows.append(
-            (
-                r.stage,
-                str(r.steps),
-                f"{r.final_loss:.4f}",
-                f"{name} {r.held_out[0]:.3f} -> {r.held_out[1]:.3f}",
-                f"{r.memory_gb:.2f} GB{plan}",
-                f"{r.wall_s:.1f} s",
-                os.path.relpath(r.run_dir),
-            )
-        )
+        rows.append((r.stage, f"{r.final_loss:.3f}", held_out, f"{r.memory_gb:.2f}{plan}", f"{r.wall_s:.0f} s"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
+    lines += [""] + [f"{r.stage:6} {os.path.relpath(r.run_dir)}" for r in results]
     return "\n".join(lines)
 
 
@@ -121,10 +118,11 @@ def run_demo(hardware: str | None = None) -> int:
 
 
 LEARNED = (
-    "held-out, on data none of the stages trained on: SFT lowers the loss of the reference answers; DPO and\n"
-    "fooDPO take the reward accuracy (the share of pairs whose chosen answer gains more log-probability\n"
-    "over the base model than the rejected one) from 0 before the first step, where the adapter is still\n"
-    "the base model and every reward is 0, to the end figure."
+    "held out, on data none of the stages trained on, the base model (evaluated before the first step)\n"
+    "beside the trained adapter: SFT lowers the loss of the reference answers. DPO and fooDPO raise the\n"
+    "log-ratio gap: how much more log-probability, over the base model, the chosen answer gains than the\n"
+    "rejected one (the reward margin divided by beta, so the two compare although their betas differ).\n"
+    "Reward accuracy is the share of pairs with a positive gap; the base model's ties count as 0."
 )
 RANDOM_WEIGHTS = (
     "(the tiny model's weights are random and its vocabulary is the demo data's characters: its answers\n"
