@@ -26,10 +26,11 @@ DURATION = r"(?:\d+ min \d+ s|\d+(?:\.\d+)? s)"
 
 
 def progress_line(steps: int) -> re.Pattern:
-    """mpskit's line for one logging step of a run of `steps` steps; group 1: the step, 2: the memory."""
+    """mpskit's line for one logging step of a run of `steps` steps; group 1: the step, 2: the memory.
+    The learning rate and the rate are left out where the line would pass the terminal's width."""
     return re.compile(
-        rf"^mpskit: step (\d+)/{steps} \| loss \d+\.\d{{4}} \| lr \d\.\d\de[-+]\d\d \| [\d,]+ tokens/s"
-        r" \| peak train memory (\d+\.\d\d) GB \(plan \d+\.\d\d GB\) \| ETA \d+:\d\d:\d\d$"
+        rf"^mpskit: step (\d+)/{steps} \| loss \d+\.\d{{4}}(?: \| lr \d\.\d\de[-+]\d\d)?(?: \| [\d,]+ tok/s)?"
+        r" \| mem (\d+\.\d\d) GB \(plan \d+\.\d\d\) \| ETA (?:\d+:)?\d+:\d\d$"
     )
 
 

@@ -119,12 +119,16 @@ def test_the_demo_shows_each_stage_and_what_training_changed(tmp_path):
     for stage, section in zip(("sft", "dpo", "foodpo"), sections, strict=True):
         assert len(re.findall(r"^  mpskit: step \d+/66 \| loss", section, re.M)) == 13  # every 5 steps
         assert re.search(rf"^  mpskit: {stage} run finished in {DURATION}: step 66/66", section, re.M)
-    rows = {line.split()[0]: line for line in out.splitlines() if line.split()[:1] in (["sft"], ["dpo"], ["foodpo"])}
+    rows = {line.split()[0]: line for line in out.splitlines()
+            if line.split()[:1] in (["sft"], ["dpo"], ["foodpo"]) and " -> " in line}  # fmt: skip
     before, after = map(float, re.search(r"loss (\d+\.\d+) -> (\d+\.\d+)", rows["sft"]).groups())
     assert after < before - 0.2  # SFT: held-out answers more likely than before the first step
     for stage in ("dpo", "foodpo"):
-        before, after = map(float, re.search(r"reward accuracy (\d\.\d+) -> (\d\.\d+)", rows[stage]).groups())
-        assert before < 0.5 and after > 0.9
+        gap = re.search(r"gap (\d+\.\d+) -> (\d+\.\d+), accuracy (\d\.\d+) -> (\d\.\d+)", rows[stage])
+        gap_before, gap_after, before, after = map(float, gap.groups())
+        assert gap_before == 0 and gap_after > 1 and before < 0.5 and after > 0.9  # the base model: every gap 0
+    table = out[out.index("stage   loss") :].split("\n\n")[0].splitlines()
+    assert len(table) == 5 and max(len(line) for line in table) <= 80, table
     assert "answers" in out and "are noise" in out  # the closing chat answer is said to be noise
 
 
@@ -133,3 +137,19 @@ def test_disable_tqdm_false_keeps_transformers_bar_beside_the_mpskit_lines(tiny_
     assert any("it/s]" in line for line in lines) and len([line for line in lines if STEP_LINE.match(line)]) == 6
     assert not any("Model config Qwen2Config" in line or "'loss'" in line for line in lines)  # printed: in the log
     assert "{'loss'" in (tmp_path / "output" / "sft-model" / "latest" / "train.log").read_text()
+
+
+def test_the_progress_line_drops_its_least_needed_figures_to_fit_the_terminal():
+    from mpskit.run.progress import progress_text
+
+    entry = {"loss": 0.6832, "learning_rate": 5e-3}
+    figures = {"tokens_per_s": 12564.2, "memory_training_gb": 0.08, "memory_predicted_gb": 0.12, "eta_s": 3725}
+    wide = progress_text(5, 66, entry, figures, width=200)
+    assert wide == ("mpskit: step 5/66 | loss 0.6832 | lr 5.00e-03 | 12,564 tok/s | mem 0.08 GB (plan 0.12) | "
+                    "ETA 1:02:05")  # fmt: skip
+    assert progress_line(66).match(wide)
+    at_80 = progress_text(5, 66, entry, figures, width=80)
+    assert at_80 == "mpskit: step 5/66 | loss 0.6832 | mem 0.08 GB (plan 0.12) | ETA 1:02:05"
+    assert progress_line(66).match(at_80)
+    assert progress_text(5, 66, entry, figures, width=50) == "mpskit: step 5/66 | loss 0.6832 | ETA 1:02:05"
+    assert progress_text(5, 66, entry, figures, width=10) == "mpskit: step 5/66 | loss 0.6832"  # never less

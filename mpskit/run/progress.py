@@ -13,9 +13,9 @@ count this attempt only, so a resumed run is not credited with the steps it skip
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import time
-from datetime import timedelta
 from typing import TextIO
 
 from tqdm.auto import tqdm
@@ -76,16 +76,30 @@ class ProgressLine(TrainerCallback):
         return figures
 
 
-def progress_text(step: int, total: int, entry: dict, figures: dict) -> str:
-    parts = [f"step {step}/{total}", f"loss {entry['loss']:.4f}"]
+def progress_text(step: int, total: int, entry: dict, figures: dict, width: int | None = None) -> str:
+    """The step's figures joined by " | " within `width` columns (the terminal's, 80 where there is
+    none): the learning rate goes first, then the rate, the memory, the time left; never the step
+    and the loss. trainer_log.jsonl keeps every figure."""
+    width = width or shutil.get_terminal_size().columns
+    fields = {"step": f"step {step}/{total}", "loss": f"loss {entry['loss']:.4f}"}  # in the line's order
     if "learning_rate" in entry:
-        parts.append(f"lr {entry['learning_rate']:.2e}")
+        fields["lr"] = f"lr {entry['learning_rate']:.2e}"
     if "tokens_per_s" in figures:
-        parts.append(f"{figures['tokens_per_s']:,.0f} tokens/s")
-    memory = f"peak train memory {figures['memory_training_gb']:.2f} GB"
-    if "memory_predicted_gb" in figures:
-        memory += f" (plan {figures['memory_predicted_gb']:.2f} GB)"
-    parts.append(memory)
+        fields["rate"] = f"{figures['tokens_per_s']:,.0f} tok/s"
+    plan = f" (plan {figures['memory_predicted_gb']:.2f})" if "memory_predicted_gb" in figures else ""
+    fields["memory"] = f"mem {figures['memory_training_gb']:.2f} GB{plan}"
     if "eta_s" in figures:
-        parts.append(f"ETA {timedelta(seconds=round(figures['eta_s']))}")
-    return "mpskit: " + " | ".join(parts)
+        fields["eta"] = f"ETA {_clock(figures['eta_s'])}"
+    for dropped in (None, "lr", "rate", "memory", "eta"):
+        fields.pop(dropped, None)
+        line = "mpskit: " + " | ".join(fields.values())
+        if len(line) <= width:
+            break
+    return line
+
+
+def _clock(seconds: float) -> str:
+    """m:ss under an hour, h:mm:ss beyond."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
