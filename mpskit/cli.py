@@ -104,7 +104,7 @@ def cmd_config(words: list[str]) -> int:
     from mpskit.inputs.optional_packages import missing_packages
     from mpskit.inputs.plain_data import registration_folder
     from mpskit.recipes.changes import say_changes
-    from mpskit.recipes.checks import check_with_engine, prepare
+    from mpskit.recipes.checks import prepare
     from mpskit.rundir import cannot_write, check_file_target, new_run_dir
 
     force = "--force" in words
@@ -114,7 +114,7 @@ def cmd_config(words: list[str]) -> int:
         check_file_target(Path(output), force)
     run, _ = prepare(run, need_weights=False)
     lf.check_keys(run.args, lf.key_names())
-    check_with_engine(run.args)
+    lf.check_template(run.args)  # the rows through LLaMA-Factory's converter: at `mpskit train` (it imports torch)
     for problem, fix in missing_packages(run.args):  # a config may be written for another machine
         warn(f"{problem} here ({fix})")
     args = dict(run.args)

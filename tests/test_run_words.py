@@ -82,6 +82,12 @@ def test_plan_reads_keys_without_importing_llamafactory():
     assert lf.key_names() == lf.known_keys()
 
 
+def test_templates_and_their_stop_words_are_read_without_importing_llamafactory():
+    from llamafactory.data.template import TEMPLATES
+
+    assert lf.template_stop_words() == {name: template.stop_words for name, template in TEMPLATES.items()}
+
+
 def test_plain_fields_are_typed_as_hfargumentparser_types_them():
     """mpskit types a plainly str/int/float/bool field without importing LLaMA-Factory: each value it
     gives equals HfArgumentParser's, for every such key of the five argument classes."""

@@ -111,45 +111,63 @@ def check_keys(args: dict, keys: set[str] | None = None) -> None:
 
 def check_template(args: dict) -> None:
     """The template is one LLaMA-Factory registered (it fails on an unknown one only after the model
-    has loaded)."""
+    has loaded), and the model's tokenizer has its stop words. Neither imports LLaMA-Factory."""
     template = args.get("template")
     if not template:
         return
-    from llamafactory.data.template import TEMPLATES
-
-    if template not in TEMPLATES:
-        close = difflib.get_close_matches(str(template), TEMPLATES, n=1)
+    templates = template_stop_words()
+    if template not in templates:
+        close = difflib.get_close_matches(str(template), templates, n=1)
         hint = f"did you mean '{close[0]}'?" if close else "see LLaMA-Factory's data/template.py for the names"
         raise MpskitError(f"template '{template}' is not one of LLaMA-Factory's templates", hint)
-    check_template_tokens(args)
+    check_template_tokens(args, templates[template])
 
 
-def check_template_tokens(args: dict) -> None:
+def template_stop_words() -> dict[str, list[str]]:
+    """Each template LLaMA-Factory registers and its stop words, read from its data/template.py with
+    `ast` (importing it imports torch: seconds). A test checks them against its own TEMPLATES."""
+    path = Path(importlib.util.find_spec("llamafactory").submodule_search_locations[0]) / "data" / "template.py"
+    templates = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_template":
+            keywords = {keyword.arg: keyword.value for keyword in node.keywords}
+            stop_words = keywords.get("stop_words")
+            templates[ast.literal_eval(keywords["name"])] = ast.literal_eval(stop_words) if stop_words else []
+    return templates
+
+
+def check_template_tokens(args: dict, stop_words: list[str]) -> None:
     """The template's stop words are tokens of the model's tokenizer. LLaMA-Factory adds missing ones
     to the tokenizer; without resize_vocab their ids point past the model's embeddings (an IndexError
     inside the model once training starts) or at rows nothing trained: another family's template."""
-    from llamafactory.data.template import TEMPLATES
-    from transformers import AutoTokenizer
-
-    template, model = TEMPLATES[args["template"]], str(args.get("model_name_or_path", ""))
-    if not template.stop_words or args.get("resize_vocab") or not Path(model).expanduser().is_dir():
+    model = Path(str(args.get("model_name_or_path", ""))).expanduser()
+    if not stop_words or args.get("resize_vocab") or not model.is_dir():
         return
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            Path(model).expanduser(), trust_remote_code=bool(args.get("trust_remote_code")), local_files_only=True
-        )
-    except Exception as err:  # noqa: BLE001 - whatever transformers raises on these files, said as one line
-        first = (str(err).strip().splitlines() or [""])[0][:200]
-        fix = "copy the model's tokenizer files again (tokenizer.json, tokenizer_config.json)"
-        raise MpskitError(f"the tokenizer of {model} cannot be built ({type(err).__name__}: {first})", fix) from None
-    vocab = tokenizer.get_vocab()
-    missing = [word for word in template.stop_words if word not in vocab]
+    missing = [word for word in stop_words if word not in _vocabulary(model, bool(args.get("trust_remote_code")))]
     if missing:
         raise MpskitError(
             f"template={args['template']} ends turns with {', '.join(missing)}, which {model}'s tokenizer does not "
             "have: it is another model family's template",
             "use the model's own template (qwen for Qwen), or resize_vocab=true to train new token embeddings",
         )
+
+
+def _vocabulary(model: Path, trust_remote_code: bool) -> set[str]:
+    """The tokenizer's tokens, added ones included: from tokenizer.json by `tokenizers` where the
+    model has one (no torch), else as transformers builds the tokenizer."""
+    try:
+        if (model / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer
+
+            return set(Tokenizer.from_file(str(model / "tokenizer.json")).get_vocab(with_added_tokens=True))
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code, local_files_only=True)
+        return set(tokenizer.get_vocab())
+    except Exception as err:  # noqa: BLE001 - whatever the libraries raise on these files, said as one line
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        fix = "copy the model's tokenizer files again (tokenizer.json, tokenizer_config.json)"
+        raise MpskitError(f"the tokenizer of {model} cannot be built ({type(err).__name__}: {first})", fix) from None
 
 
 TRUE_WORDS, FALSE_WORDS = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")  # transformers' string_to_bool

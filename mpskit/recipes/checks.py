@@ -83,8 +83,9 @@ def check_packages(args: dict) -> None:
 
 
 def check_with_engine(args: dict) -> None:
-    """The checks that ask LLaMA-Factory itself (they import it, and torch): its templates and the
-    dataset rows through its own converter. Its keys are checked before, from its sources (lf.key_names)."""
+    """The checks that ask LLaMA-Factory itself: its templates (from its sources) and the dataset rows
+    through its own converter (this imports it, and torch). Its keys are checked before, from its
+    sources (lf.key_names)."""
     lf.check_template(args)
     check_conversion(args)
 
