@@ -105,7 +105,7 @@ def test_what_the_lengths_say_under_a_cutoff():
 
 def test_without_a_tokenizer_or_with_packing_the_plan_keeps_cutoff_len(tiny_model, tmp_path):
     args = {"dataset": "demo_sft", "dataset_dir": str(DEMO)}
-    assert data_lengths(args, "sft", tmp_path) == (None, "no local tokenizer.json to count the rows' tokens with")
+    assert data_lengths(args, "sft", tmp_path) == (None, "no local tokenizer.json")
     assert data_lengths({**args, "packing": True}, "sft", tiny_model)[0] is None
     missing = data_lengths({**args, "dataset": "missing"}, "sft", tiny_model)
     assert missing == (None, "the training data cannot be read here")

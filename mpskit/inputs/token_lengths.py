@@ -88,7 +88,7 @@ def data_lengths(args: dict, stage: str, tokenizer_dir: Path | None) -> tuple[Da
     if args.get("packing") or args.get("neat_packing"):
         return None, "packing fills every sequence to cutoff_len"
     if tokenizer_dir is None or not (tokenizer_dir / "tokenizer.json").is_file():
-        return None, "no local tokenizer.json to count the rows' tokens with"
+        return None, "no local tokenizer.json"
     conversations = _training_conversations(args, stage)
     if isinstance(conversations, str):
         return None, conversations

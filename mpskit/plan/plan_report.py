@@ -70,7 +70,7 @@ def plan_lines(
 def lengths_line(plan: Plan, cutoff: int) -> str:
     """What the plan took the rows' lengths to be."""
     if plan.lengths is None:
-        return f"every sequence at cutoff_len ({plan.lengths_note}): an upper bound for shorter examples"
+        return f"every row at cutoff_len ({plan.lengths_note}): an upper bound for shorter rows"
     return plan.lengths.summary(cutoff)
 
 
