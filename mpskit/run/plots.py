@@ -69,7 +69,10 @@ def _draw(axis, history: list[dict], key: str, label: str, color: str, smooth: b
 
 def _level_axis(axis, values: list[float], ylabel: str) -> None:
     """No offset ticks, a y label, and a y range at least 4% of the level wide (a flat line stays flat)."""
+    from matplotlib.ticker import MaxNLocator
+
     axis.ticklabel_format(axis="y", useOffset=False)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole
     axis.set_ylabel(ylabel)
     axis.set_xlabel("optimizer step")
     low, high = min(values), max(values)
@@ -103,6 +106,8 @@ def plot_training(run_dir: str | Path, title: str) -> list[str]:
 
 def _plot_rewards(run_dir: Path, history: list[dict], title: str) -> None:
     """Reward accuracy (on 0..1, ties at the start count as wrong) and margin, training and held out."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
     fig, (accuracy, margin) = plt.subplots(1, 2, figsize=(11, 4))
     _draw(accuracy, history, "rewards/accuracies", "training", "tab:blue", smooth=False)
@@ -110,6 +115,7 @@ def _plot_rewards(run_dir: Path, history: list[dict], title: str) -> None:
     accuracy.set_ylim(-0.05, 1.05)
     accuracy.set_ylabel("reward accuracy (chosen above rejected)")
     accuracy.set_xlabel("optimizer step")
+    accuracy.xaxis.set_major_locator(MaxNLocator(integer=True))
     margins = _draw(margin, history, "rewards/margins", "training", "tab:blue")
     margins += _draw(margin, history, "eval_rewards/margins", "held out", "tab:orange")
     _level_axis(margin, margins or [0.0], "reward margin (chosen - rejected)")
