@@ -55,6 +55,7 @@ class Attempt:
     lean_attention: dict | None = None
     device_figures: dict | None = None  # out of memory: the device's own figures
     next_rung: str | None = None  # out of memory: what the ladder moved next
+    other_keys: dict = field(default_factory=dict)  # keys this mpskit does not know (a newer one's): kept
 
 
 @dataclass
@@ -67,6 +68,7 @@ class Memory:
     planner_changes: list[str] = field(default_factory=list)
     measured: dict = field(default_factory=dict)  # the latest attempt's monitor figures
     error: float | None = None  # (predicted - measured) / measured training memory
+    other_keys: dict = field(default_factory=dict)
 
     @property
     def predicted_training_gb(self) -> float | None:
@@ -88,6 +90,7 @@ class Duration:
     measured_steps: int = 0
     measured_step_s: float | None = None  # median
     error: float | None = None  # (predicted - measured) / measured, once finished
+    other_keys: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -96,6 +99,7 @@ class Ladder:
 
     free: list[str]
     cutoff_floor: int
+    other_keys: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -126,7 +130,7 @@ class RunRecord:
     other_keys: dict = field(default_factory=dict)  # keys this mpskit does not know (a newer one's): kept
 
     def __post_init__(self) -> None:
-        """Read from JSON, the sections are dicts: typed here (keys this mpskit does not know are left out)."""
+        """Read from JSON, the sections are dicts: typed here (keys this mpskit does not know kept aside)."""
         self.memory = _typed(Memory, self.memory)
         self.duration = _typed(Duration, self.duration)
         self.ladder = _typed(Ladder, self.ladder) if self.ladder else None
@@ -136,8 +140,9 @@ class RunRecord:
 def _typed(cls: type, value: object):
     if isinstance(value, cls):
         return value
-    known = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{key: item for key, item in value.items() if key in known})
+    known = {f.name for f in dataclasses.fields(cls)} - {"other_keys"}
+    other = {key: item for key, item in value.items() if key not in known}
+    return cls(**{key: item for key, item in value.items() if key in known}, other_keys=other)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -243,9 +248,17 @@ def check_file_target(path: Path, force: bool) -> None:
 
 
 def write_record(run_dir: Path, record: RunRecord) -> None:
-    data = dataclasses.asdict(record)
-    data.update(data.pop("other_keys"))  # never a key of the record's own
-    write_atomic(run_dir / RECORD, json.dumps(data, indent=2, default=str) + "\n")
+    write_atomic(run_dir / RECORD, json.dumps(_as_data(record), indent=2, default=str) + "\n")
+
+
+def _as_data(value: object) -> object:
+    """The record as JSON data: each section's fields, then the keys it did not know, where they were."""
+    if dataclasses.is_dataclass(value):
+        fields = {f.name: _as_data(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "other_keys"}
+        return {**fields, **value.other_keys}
+    if isinstance(value, list):
+        return [_as_data(item) for item in value]
+    return value
 
 
 def read_record(run_dir: Path) -> RunRecord:
@@ -748,6 +761,18 @@ class RunDir:
                 with contextlib.suppress(OSError):
                     note.unlink(missing_ok=True)
             os.close(fd)
+
+    def check_no_links(self) -> None:
+        """No link among the folder's entries or its checkpoints': LLaMA-Factory and the libraries write
+        a run's files by name, and would write through a link to wherever it points."""
+        for folder in (self.path, *checkpoints(self.path)):
+            for entry in os.scandir(folder):
+                if entry.is_symlink():
+                    raise MpskitError(
+                        f"{entry.path} is a link (to {os.readlink(entry.path)}): the run writes its files by name "
+                        "and would write through it",
+                        "put the file itself there, or move the link away; then resume",
+                    )
 
     def new_folder(self, parent: str, name: str) -> Path:
         """A new folder PARENT/NAME inside the run (eval/<dataset>-<time>), made without following a

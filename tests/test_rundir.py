@@ -383,3 +383,17 @@ def test_a_record_with_keys_of_a_newer_mpskit_reads_and_keeps_them(tmp_path):
     (tmp_path / "mpskit.json").write_text(f'{{{RECORD_HEAD}, "ladder": null, "added_later": {{"x": 1}}}}')
     record = read_record(tmp_path)
     assert record.ladder is None and record.other_keys == {"added_later": {"x": 1}}
+
+
+def test_unknown_keys_inside_the_records_sections_survive_a_rewrite(tmp_path):
+    newer = {"memory": {"budget_gb": 4.0, "newer_figure": 1}, "duration": {"steps": 3, "newer": "a"},
+             "ladder": {"free": ["batch"], "cutoff_floor": 256, "newer": [1]},
+             "attempts": [{"attempt": 1, "outcome": "finished", "newer": {"y": 2}}]}  # fmt: skip
+    (tmp_path / "mpskit.json").write_text(f"{{{RECORD_HEAD}, " + json.dumps(newer)[1:])
+    record = read_record(tmp_path)
+    assert record.memory.budget_gb == 4.0 and record.attempts[0].outcome == "finished"
+    write_record(tmp_path, record)
+    written = json.loads((tmp_path / "mpskit.json").read_text())
+    assert written["attempts"][0]["newer"] == {"y": 2} and written["ladder"]["newer"] == [1]
+    assert written["memory"]["newer_figure"] == 1 and written["duration"]["newer"] == "a"
+    assert "other_keys" not in json.dumps(written)
