@@ -57,6 +57,9 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("no_ckpt_run/llamafactory.yaml", "stage: sft\n")
     write("typed_run/mpskit.json", '{"run_name": "r", "stage": "sft", "device": "cpu", "attempts": [{"attempt": "1"}]}')
     write("typed_run/llamafactory.yaml", "stage: sft\n")
+    write("linked_run/mpskit.json", '{"run_name": "r", "stage": "sft", "device": "cpu"}')
+    write("linked_run/llamafactory.yaml", "stage: sft\n")
+    (work / "linked_run" / "trainer_log.jsonl").symlink_to(work / "elsewhere.jsonl")  # LLaMA-Factory appends there
     (work / "not_a_run").mkdir()
     no_type = shutil.copytree(model, work / "no_type_model") / "config.json"
     no_type.write_text(json.dumps({k: v for k, v in json.loads(no_type.read_text()).items() if k != "model_type"}))
@@ -226,12 +229,16 @@ CASES = [
     ("streaming with max_samples", ["train", "BASE", "streaming=true", "max_samples=10", "max_steps=2"],
      ["cannot take max_samples"]),
     ("streaming without max_steps", ["train", "BASE", "streaming=true"], ["needs max_steps"]),
+    ("evaluation with nothing to evaluate on", ["train", "BASE", "eval_dataset=", "eval_strategy=epoch"],
+     ["eval_strategy=epoch evaluates, but there is no eval_dataset", "eval_strategy=no"]),
     ("template of another family", ["config", "BASE", "template=llama3", "-o", "{w}/out.yaml"],
      ["<|eot_id|>", "another model family's template"]),
     ("model: config.json without model_type", ["train", "BASE", "model_name_or_path={w}/no_type_model"],
      ["names no model_type"]),
     ("model: a cut safetensors file", ["train", "BASE", "model_name_or_path={w}/cut_model"],
      ["not a readable safetensors file", "incomplete metadata"]),
+    ("resume: a link inside the run folder", ["train", "--resume", "{w}/linked_run"],
+     ["trainer_log.jsonl is a link", "would write through it"]),
     ("resume: a record field of the wrong type", ["train", "--resume", "{w}/typed_run"],
      ['attempts[1].attempt is "1", not a whole number', "--rebuild-record"]),
     ("eval: a record field of the wrong type", ["eval", "{w}/typed_run"], ['attempts[1].attempt is "1"']),

@@ -195,7 +195,12 @@ def _demo_data(args: dict, user: dict, stage_args: dict) -> None:
 
 def _evaluation_for_own_data(args: dict, user: dict, stage_args: dict) -> None:
     """A stage preset's eval_dataset belongs to the demo dataset it names. With a dataset of their
-    own, users are evaluated on what they give (eval_dataset, val_size), or not at all; it is said."""
+    own, users are evaluated on what they give (eval_dataset, val_size), or not at all; `eval_dataset=`
+    (unset) with no val_size leaves the preset's evaluation nothing to evaluate on. Either is said."""
+    unset = "eval_dataset" in user and not user["eval_dataset"] and args.get("val_size") in (None, 0, 0.0)
+    if unset and "eval_strategy" not in user and str(args.get("eval_strategy") or "no") != "no":
+        args["eval_strategy"] = "no"
+        warn("evaluation off: eval_dataset= leaves nothing to evaluate on (val_size=0.1 would hold rows out)")
     if "eval_dataset" not in args or "eval_dataset" in user or not _own_data(user, stage_args):
         return
     del args["eval_dataset"]

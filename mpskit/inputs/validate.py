@@ -114,3 +114,10 @@ def check_combinations(args: dict) -> None:
             raise MpskitError("streaming=true cannot take max_samples", "leave it out: max_steps bounds the run")
         if args.get("max_steps", -1) == -1:
             raise MpskitError("streaming=true needs max_steps (a stream has no length)", "set max_steps=N")
+    evaluates = str(args.get("eval_strategy") or "no") != "no" or args.get("do_eval") is True
+    if evaluates and not args.get("eval_dataset") and args.get("val_size") in (None, 0, 0.0):  # any other: checked
+        said = f"eval_strategy={args['eval_strategy']}" if str(args.get("eval_strategy") or "no") != "no" else "do_eval"
+        raise MpskitError(
+            f"{said} evaluates, but there is no eval_dataset and no val_size to evaluate on",
+            "set eval_dataset=NAME or val_size=0.1, or eval_strategy=no",
+        )

@@ -222,6 +222,7 @@ def continue_run(run: RunDir, data: dict[str, str] | None = None) -> Path:
             print(f"mpskit: {run.path} already finished (attempt {len(run.record.attempts)}); nothing to resume",
                   file=sys.stderr)  # fmt: skip
             return run.path
+        run.check_no_links()
         _find_data(run, data or {})
         checkpoint = run.last_checkpoint()
         if checkpoint is None and run.record.attempts:
