@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT, run_mpskit
 
 from mpskit.rundir import checkpoints, incomplete_reason
@@ -240,3 +241,23 @@ def test_a_real_full_disk_mid_run_keeps_the_record_and_resume_finishes(tmp_path,
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert record(run_dir)["attempts"][-1]["outcome"] == "finished"
     assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 8
+
+
+def test_a_kill_after_a_rung_resumes_with_what_the_rung_chose(tmp_path, tiny_model):
+    """Out of memory at step 3 lowers the LoRA rank (a new adapter from step 0); that attempt is
+    killed right after its checkpoint of step 4. The resume continues the rank-4 adapter from it:
+    llamafactory.yaml and the record say what trained, not the first attempt's knobs."""
+    words = ["preset=sft", f"model_name_or_path={tiny_model}", *[w for w in SHORT if not w.startswith("max_steps")],
+             *STAGE_DATA["sft"], "max_steps=6", *RUNGS["lora_rank"]]  # fmt: skip
+    env = {"MPSKIT_FAKE_OOM_AT_STEP": "3", "MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP": "4"}
+    killed = run_mpskit("train", *words, "run_name=rung-kill", cwd=tmp_path, env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    run_dir = run_dir_of(tmp_path, "rung-kill")
+    assert yaml.safe_load((run_dir / "llamafactory.yaml").read_text())["lora_rank"] == 4
+    resumed = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    first, last = record(run_dir)["attempts"]
+    assert first["outcome"] == "out of memory" and first["knobs"]["lora_rank"] == 8
+    assert last["outcome"] == "finished" and last["resumed_from"] == "checkpoint-4" and last["knobs"]["lora_rank"] == 4
+    assert json.loads((run_dir / "adapter_config.json").read_text())["r"] == 4
+    assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 6

@@ -63,6 +63,9 @@ def test_a_kill_after_the_last_checkpoint_resumes_to_finished_without_another_st
     assert max(logged_steps(run_dir)) == 6 and not (run_dir / "checkpoint-7").exists()
     state = json.loads((run_dir / "trainer_state.json").read_text())
     assert state["global_step"] == 6
+    # loss.png is drawn from this history: the killed attempt's steps are in it
+    assert [row["step"] for row in state["log_history"] if "loss" in row] == [1, 2, 3, 4, 5, 6]
+    assert (run_dir / "loss.png").stat().st_size > 10_000
     results = json.loads((run_dir / "all_results.json").read_text())
     assert (run_dir / "adapter_model.safetensors").is_file() and "train_loss" in results
     # timed over the killed attempt's 6 steps too, not the resumed one's none (0.001 s, 40,000 samples/s)

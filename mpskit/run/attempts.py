@@ -16,7 +16,6 @@ import gc
 import json
 import os
 import shlex
-import statistics
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -25,6 +24,7 @@ from mpskit.engine import lf
 from mpskit.errors import Interrupted, MpskitError, RunFailed
 from mpskit.inputs.knobs import LADDER, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.inputs.launch import inside_launch, rank
+from mpskit.plan.duration import steady_step_s
 from mpskit.run.boundary import keep_traceback, one_line
 from mpskit.run.oom import OutOfMemory, recognise
 from mpskit.run.quiet import LOG_FILE
@@ -72,7 +72,7 @@ def _add_measured_time(duration: Duration, step_seconds: list[float], finished: 
     duration.measured_s = round(duration.measured_s + sum(step_seconds), 2)
     duration.measured_steps += len(step_seconds)
     if step_seconds:
-        duration.measured_step_s = round(statistics.median(step_seconds[1:] or step_seconds), 4)
+        duration.measured_step_s = round(steady_step_s(step_seconds), 4)
     if finished and duration.predicted_s and duration.measured_s > 0:
         duration.error = round((duration.predicted_s - duration.measured_s) / duration.measured_s, 4)
 
@@ -120,7 +120,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
 
                 monitor = MemoryMonitor(device, baseline)  # after the imports: its baseline
                 baseline = monitor.baseline
-                faults = fake_faults() if number == first == 1 else []
+                faults = fake_faults(number == first == 1)
                 log_dir = run.path if rank() == 0 else None
                 with library_output(log_dir, keep_progress_bar=args.get("disable_tqdm") is False) as log_file:
                     progress = ProgressLine(monitor, predicted, log_file)

@@ -131,11 +131,9 @@ class FakeKill(TrainerCallback):
         return control
 
 
-def fake_faults() -> list[TrainerCallback]:
-    """The test-only faults the environment asks for (first attempt of a run only)."""
-    kinds = (
-        (FAKE_OOM_VARIABLE, FakeOutOfMemory),
-        (FAKE_FULL_DISK_VARIABLE, FakeFullDisk),
-        (FAKE_KILL_VARIABLE, FakeKill),
-    )
+def fake_faults(first_attempt: bool) -> list[TrainerCallback]:
+    """The test-only faults the environment asks for: out of memory and a full disk in a run's first
+    attempt only (the next one is the recovery), a kill in whichever attempt reaches its step."""
+    kinds = ((FAKE_OOM_VARIABLE, FakeOutOfMemory), (FAKE_FULL_DISK_VARIABLE, FakeFullDisk)) if first_attempt else ()
+    kinds += ((FAKE_KILL_VARIABLE, FakeKill),)
     return [fault(int(os.environ[name])) for name, fault in kinds if os.environ.get(name)]
