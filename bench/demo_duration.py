@@ -41,7 +41,7 @@ BATCH = 4
 
 def demo_words(case: Case, model: Path, hardware: str) -> list[str]:
     """The case's pinned knobs on the demo's own training set."""
-    words = [f"preset={case.stage}", *case_words(case, model, DEMO, hardware)]
+    words = case_words(case, model, DEMO, hardware)
     return [f"dataset={DATASETS[case.stage]}" if word.startswith("dataset=long_") else word for word in words]
 
 

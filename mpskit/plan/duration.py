@@ -158,12 +158,17 @@ def run_duration(args: dict, knobs: Knobs, tokens_per_s: float, stage: str, effe
     return RunDuration(step_s, optimizer_steps(batches, examples, world_size), examples, epochs, throughput)
 
 
+def steady_step_s(step_seconds: list[float]) -> float:
+    """A step once warmed up: the median of the steps after the first (which also compiles, allocates
+    and fills caches), or the first where it is the only one."""
+    return statistics.median(step_seconds[1:] or step_seconds)
+
+
 def extrapolate(step_seconds: list[float], steps: int) -> float:
-    """A whole run from timed steps: the first (warm-up) as it was, the median of the rest for each
-    step after it."""
+    """A whole run from timed steps: the first (warm-up) as it was, the steady step for each after it."""
     if steps <= len(step_seconds):
         return sum(step_seconds[:steps])
-    return step_seconds[0] + (steps - 1) * statistics.median(step_seconds[1:] or step_seconds)
+    return step_seconds[0] + (steps - 1) * steady_step_s(step_seconds)
 
 
 def format_seconds(seconds: float) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from mpskit.errors import MpskitError
 from mpskit.inputs.knobs import Knobs, as_words
 from mpskit.inputs.presets import demo_data_dir
+from mpskit.plan.duration import steady_step_s
 from mpskit.plan.memory import sequences_per_step
 from mpskit.rundir import RunDir
 
@@ -48,6 +49,7 @@ class Case:
                   "disable_gradient_checkpointing", "flash_attn", "lean_logits", "lean_attention")  # fmt: skip
         pinned += ("quantization_bit",) if self.quantization_bit else ()
         return [
+            f"preset={self.stage}",  # the stage preset's settings (a run of words alone is the words only)
             f"stage={self.stage}",
             f"dataset={'long_sft' if self.stage == 'sft' else 'long_pref'}",
             *as_words(knobs, self.batch * self.accumulation, pinned).split(),
@@ -136,7 +138,6 @@ def measure(
     train_in_fresh_process(words, f"measured run {case}", f"see {out} and rerun it with `mpskit train`", process_env)
     memory = RunDir.open(out).record.memory
     measured = memory.measured
-    step_s = sorted(measured["step_seconds"][1:] or measured["step_seconds"])
     tokens_per_step = sequences_per_step(case.stage, case.batch) * case.accumulation * case.cutoff_len
     return {
         "estimate_gb": memory.predicted_training_gb,
@@ -147,6 +148,6 @@ def measure(
         "loaded_gb": measured["loaded_gb"],
         "loading_peak_gb": measured["loading_peak_gb"],
         "loading_estimate_gb": memory.predicted.get("loading_gb"),
-        "tokens_per_second": tokens_per_step / step_s[len(step_s) // 2] if step_s else None,
+        "tokens_per_second": tokens_per_step / steady_step_s(steps) if (steps := measured["step_seconds"]) else None,
         "seconds": round(time.perf_counter() - started, 1),
     }

@@ -9,7 +9,6 @@ it (duration.extrapolate), and the time to start is what the process took beyond
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from mpskit.errors import MpskitError
 from mpskit.inputs.hardware import Hardware, detect
 from mpskit.inputs.knobs import to_args
+from mpskit.plan.duration import steady_step_s
 from mpskit.plan.measure import TIMED_ONLY, train_in_fresh_process
 from mpskit.plan.planner import Plan
 from mpskit.rundir import RunDir
@@ -32,7 +32,7 @@ class Probe:
 
     @property
     def step_s(self) -> float:
-        return statistics.median(self.step_seconds[1:] or self.step_seconds)
+        return steady_step_s(self.step_seconds)
 
     def as_dict(self) -> dict:
         return {
