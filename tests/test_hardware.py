@@ -5,6 +5,7 @@ import pytest
 from mpskit.errors import MpskitError
 from mpskit.inputs.hardware import (
     Hardware,
+    at_least,
     bf16_is_fast,
     bf16_supported,
     describe,
@@ -99,3 +100,19 @@ def test_a_detected_cuda_machine_gets_bf16_from_its_compute_capability(smi_line,
     assert (hw.kind, hw.gpu_count, hw.cuda_bf16) == ("cuda", 2, bf16)
     args = resolve({"stage": "sft", "model_preset": "tiny"}).args
     assert (args["bf16"], args["fp16"]) == (bf16, not bf16)
+
+
+@pytest.mark.parametrize(
+    ("version", "minimum", "enough"),
+    [
+        ("2.6.0rc1", "2.6", False),  # a pre-release comes before its release (digits alone read 2.6.0.1)
+        ("2.6.0+cpu", "2.6", True),
+        ("2.14.1+cu130", "2.6", True),
+        ("14.5", "14", True),
+        ("13.6.1", "14", False),
+        (None, "2.4", False),
+        ("unknown", "2.4", False),
+    ],
+)
+def test_versions_are_compared_as_pip_orders_them(version, minimum, enough):
+    assert at_least(version, minimum) is enough

@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from packaging.version import InvalidVersion, Version
+
 from mpskit.errors import MpskitError
 from mpskit.inputs.presets import config_dir, load_yaml, resolve_preset_file
 from mpskit.inputs.validate import check_number
@@ -57,18 +59,13 @@ class Hardware:
         return dataclasses.asdict(self)
 
 
-def _version_tuple(text: str | None) -> tuple[int, ...]:
-    parts = []
-    for piece in (text or "0").split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
 def at_least(version: str | None, minimum: str) -> bool:
-    return version is not None and _version_tuple(version) >= _version_tuple(minimum)
+    """Version order as pip reads it (packaging): a pre-release comes before its release (2.6.0rc1 is
+    not 2.6), a local tag counts as its release (2.6.0+cpu is). An unreadable version is not enough."""
+    try:
+        return version is not None and Version(version) >= Version(minimum)
+    except InvalidVersion:
+        return False
 
 
 def installed_version(package: str) -> str | None:
