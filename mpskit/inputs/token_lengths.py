@@ -102,7 +102,7 @@ def data_lengths(args: dict, stage: str, tokenizer_dir: Path | None) -> tuple[Da
     chosen = _sample(conversations)
     template = _chat_template(tokenizer_dir)
     texts = [text for _, turns, answers in chosen for text in [*turns, *answers]]
-    counts = iter(len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False)) if texts else iter(())
+    counts = iter([len(encoding.ids) for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)])
     tokens = []
     for roles, turns, answers in chosen:
         shared = sum(next(counts) for _ in turns)
