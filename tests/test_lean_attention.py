@@ -13,6 +13,7 @@ from conftest import run_mpskit
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mpskit.engine.lean_attention import NAME, LeanAttention, attention_mask, lean_attention
+from mpskit.plan.memory import LEAN_MODEL_TYPES
 
 DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
 # (batch, query heads, kv heads, length, rows per block): one position; one block; several blocks
@@ -129,24 +130,27 @@ def test_the_mask_transformers_hands_over_is_the_padding_mask_itself():
     assert torch.equal(attention_mask(2, 4, 4, mask_function=window, attention_mask=padding.bool()), expected)
 
 
-def tiny_qwen(attention: str = "sdpa", **config):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def tiny_qwen(attention: str = "sdpa", model_type: str = "qwen2", **config):
+    """A 2-layer random model of MODEL_TYPE (Qwen2 unless named), 64 wide."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(0)
     shape = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "intermediate_size": 128, "vocab_size": 300, **config}  # fmt: skip
-    return Qwen2ForCausalLM(Qwen2Config(attn_implementation=attention, **shape))
+             "intermediate_size": 128, "vocab_size": 300, "head_dim": 16, **config}  # fmt: skip
+    return AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, attn_implementation=attention, **shape))
 
 
-def test_through_a_qwen2_model_with_lora_every_gradient_equals_sdpa(capsys):
-    """A 2-layer Qwen2 with LoRA on every linear layer: loss and LoRA gradients, three paddings."""
+@pytest.mark.parametrize("model_type", LEAN_MODEL_TYPES)
+def test_through_each_supported_model_with_lora_every_gradient_equals_sdpa(capsys, model_type):
+    """A 2-layer model of each type the lean paths accept, LoRA on every linear layer: loss and LoRA
+    gradients, three paddings."""
     import copy
 
     from peft import LoraConfig, get_peft_model
 
     lora = LoraConfig(r=4, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                            "down_proj"], init_lora_weights=False)  # fmt: skip
-    plain = get_peft_model(tiny_qwen(), lora)
+    plain = get_peft_model(tiny_qwen(model_type=model_type), lora)
     lean = copy.deepcopy(plain)
     attention = LeanAttention(True)
     attention.install(lean)

@@ -8,13 +8,16 @@ very different lengths.
 import functools
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+from conftest import ROOT, run_mpskit
 
 from mpskit.engine.foodpo import FooDPOConfig
+from mpskit.plan.memory import LEAN_MODEL_TYPES
 
 pytestmark = pytest.mark.xdist_group(__name__)
 
@@ -131,9 +134,13 @@ def assert_same(plain, lean) -> None:
 @pytest.mark.e2e
 @pytest.mark.parametrize("foodpo", [None, FooDPOConfig(pref_beta_scale=0.5), FooDPOConfig(0.5, ppl_source="reference")])
 def test_dpo_and_foodpo_lean_equal_plain(qwen_vocab_model, tmp_path, foodpo):
+    dpo_lean_equals_plain(qwen_vocab_model, tmp_path, foodpo)
+
+
+def dpo_lean_equals_plain(model: Path, tmp_path: Path, foodpo: FooDPOConfig | None) -> None:
     from mpskit.engine.foodpo_trainer import build_dpo_trainer
 
-    args = trainer_args(qwen_vocab_model, tmp_path, "dpo")
+    args = trainer_args(model, tmp_path, "dpo")
     plain = build_dpo_trainer(args, foodpo, lean=False)
     lean = build_dpo_trainer(args, foodpo, lean=True)
     randomise_lora(plain.model)
@@ -150,6 +157,48 @@ def test_dpo_and_foodpo_lean_equal_plain(qwen_vocab_model, tmp_path, foodpo):
     assert lean.lean.report == {"asked": True, "training": "lean", "fallbacks": []}
 
 
+@pytest.fixture(scope="module", params=[model_type for model_type in LEAN_MODEL_TYPES if model_type != "qwen2"])
+def other_architecture(request, tmp_path_factory, tiny_model) -> Path:
+    return model_of_type(request.param, tmp_path_factory.mktemp(request.param) / "model", tiny_model)
+
+
+def model_of_type(model_type: str, folder: Path, tiny_model: Path) -> Path:
+    """The tiny model's tokenizer under a random 2-layer model of another type the lean paths accept."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shutil.copytree(tiny_model, folder)
+    tiny = json.loads((tiny_model / "config.json").read_text())
+    shape = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "intermediate_size": 128, "head_dim": 16, "vocab_size": tiny["vocab_size"],
+             **{key: tiny[key] for key in ("bos_token_id", "eos_token_id", "pad_token_id") if key in tiny}}  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **shape)).save_pretrained(folder)
+    assert json.loads((folder / "config.json").read_text())["model_type"] == model_type
+    return folder
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("stage", ["sft", "dpo"])
+def test_each_supported_architecture_lean_equals_plain(other_architecture, tmp_path, stage):
+    """Qwen3, Llama and Mistral (Qwen2 above): the same losses, metrics and LoRA gradients on the lean path."""
+    if stage == "sft":
+        sft_lean_equals_plain(other_architecture, tmp_path)
+    else:
+        dpo_lean_equals_plain(other_architecture, tmp_path, None)
+
+
+@pytest.mark.e2e
+def test_a_llama_model_trains_end_to_end_on_both_lean_paths(tmp_path, tiny_model):
+    llama = model_of_type("llama", tmp_path / "llama", tiny_model)
+    words = ["train", "preset=dpo", f"model_name_or_path={llama}", "template=qwen", f"dataset_dir={ROOT / 'data'}",
+             "max_steps=2", "cutoff_len=128", "eval_dataset=", "lean_attention=true", "run_name=llama"]  # fmt: skip
+    result = run_mpskit(*words, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    attempt = json.loads((tmp_path / "output" / "llama" / "latest" / "mpskit.json").read_text())["attempts"][-1]
+    assert attempt["outcome"] == "finished"
+    assert attempt["lean_logits"]["training"] == "lean" and attempt["lean_attention"]["training"] == "lean"
+
+
 def build_sft_trainer(args: dict, lean: bool):
     from mpskit.engine.lean_trainers import CustomSeq2SeqTrainer, LeanPath, LeanSFTTrainer, build_trainer
 
@@ -158,7 +207,11 @@ def build_sft_trainer(args: dict, lean: bool):
 
 @pytest.mark.e2e
 def test_sft_lean_equals_plain(qwen_vocab_model, tmp_path):
-    args = trainer_args(qwen_vocab_model, tmp_path, "sft")
+    sft_lean_equals_plain(qwen_vocab_model, tmp_path)
+
+
+def sft_lean_equals_plain(model: Path, tmp_path: Path) -> None:
+    args = trainer_args(model, tmp_path, "sft")
     plain, lean = build_sft_trainer(args, lean=False), build_sft_trainer(args, lean=True)
     randomise_lora(plain.model)
     lean.model = plain.model
