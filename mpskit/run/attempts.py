@@ -34,15 +34,12 @@ from mpskit.rundir import FINISHED, Attempt, Duration, Ladder, RunDir, point_lat
 MAX_ATTEMPTS = 4
 
 
-def _plot(run: RunDir, stage: object) -> None:
+def _plot(run: RunDir) -> None:
     """The run's loss and reward plots (and fooDPO's beta plot), from the trainer's log history."""
-    from mpskit.run.plots import plot_foodpo, plot_training, run_title
+    from mpskit.run.plots import plot_training, run_title
 
-    title = run_title(run.record)
-    for line in plot_training(run.path, title):
+    for line in plot_training(run.path, run_title(run.record)):
         print(f"mpskit: {line}", file=sys.stderr)
-    if stage == "foodpo":
-        plot_foodpo(run.path, title)
 
 
 def _record_attempt(run: RunDir, attempt: Attempt) -> None:
@@ -140,7 +137,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
             attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
             attempt.lean_logits, attempt.lean_attention = lean_paths["lean_logits"], lean_paths["lean_attention"]
             if rank() == 0:
-                _plot(run, args.get("stage"))
+                _plot(run)
             _record_attempt(run, _with_measured(attempt, monitor))
             if guard.signal_name:
                 raise Interrupted(run.path, run.last_checkpoint())

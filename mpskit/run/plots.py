@@ -67,24 +67,32 @@ def _draw(axis, history: list[dict], key: str, label: str, color: str, smooth: b
     return values
 
 
-def _level_axis(axis, values: list[float], ylabel: str) -> None:
-    """No offset ticks, a y label, and a y range at least 4% of the level wide (a flat line stays flat)."""
+def _step_axis(axis) -> None:
+    """An x axis of optimizer steps, ticked in whole steps."""
     from matplotlib.ticker import MaxNLocator
 
-    axis.ticklabel_format(axis="y", useOffset=False)
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole
-    axis.set_ylabel(ylabel)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlabel("optimizer step")
+
+
+def _level_axis(axis, values: list[float], ylabel: str) -> None:
+    """Steps along x; no offset ticks, a y label, and a y range at least 4% of the level wide (a flat
+    line stays flat)."""
+    _step_axis(axis)
+    axis.ticklabel_format(axis="y", useOffset=False)
+    axis.set_ylabel(ylabel)
     low, high = min(values), max(values)
     pad = max((high - low) * 0.1, 0.02 * abs(statistics.fmean(values)), 1e-6)
     axis.set_ylim(low - pad, high + pad)
 
 
 def plot_training(run_dir: str | Path, title: str) -> list[str]:
-    """loss.png (training and evaluation loss) and, where rewards are logged, rewards.png, from the
-    trainer's log history. Returns a line for each plot not drawn, and why."""
+    """loss.png (training and evaluation loss), rewards.png where rewards are logged and
+    foodpo_beta_margin.png where a dynamic beta is, from the trainer's log history, read once.
+    Returns a line for each plot not drawn, and why."""
     run_dir = Path(run_dir)
     history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+    _plot_foodpo(run_dir, history, title)
     _, losses = _series(history, "loss")
     if len(losses) < 2:
         return [f"{len(losses)} logged training loss point{'s' * (len(losses) != 1)}: no loss.png "
@@ -106,16 +114,13 @@ def plot_training(run_dir: str | Path, title: str) -> list[str]:
 
 def _plot_rewards(run_dir: Path, history: list[dict], title: str) -> None:
     """Reward accuracy (on 0..1, ties at the start count as wrong) and margin, training and held out."""
-    from matplotlib.ticker import MaxNLocator
-
     plt = _pyplot()
     fig, (accuracy, margin) = plt.subplots(1, 2, figsize=(11, 4))
     _draw(accuracy, history, "rewards/accuracies", "training", "tab:blue", smooth=False)
     _draw(accuracy, history, "eval_rewards/accuracies", "held out", "tab:orange", smooth=False)
     accuracy.set_ylim(-0.05, 1.05)
     accuracy.set_ylabel("reward accuracy (chosen above rejected)")
-    accuracy.set_xlabel("optimizer step")
-    accuracy.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _step_axis(accuracy)
     margins = _draw(margin, history, "rewards/margins", "training", "tab:blue")
     margins += _draw(margin, history, "eval_rewards/margins", "held out", "tab:orange")
     _level_axis(margin, margins or [0.0], "reward margin (chosen - rejected)")
@@ -127,15 +132,13 @@ def _plot_rewards(run_dir: Path, history: list[dict], title: str) -> None:
     plt.close(fig)
 
 
-def plot_foodpo(run_dir: str | Path, title: str) -> Path | None:
+def _plot_foodpo(run_dir: Path, history: list[dict], title: str) -> None:
     """dynamic_beta and rewards/margins per logging step -> foodpo_beta_margin.png. The beta axis starts
     at 0, so a beta that barely moves (on short prompts of similar perplexity) looks as flat as it is;
     its range is said in the legend."""
-    run_dir = Path(run_dir)
-    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
     rows = [row for row in history if "dynamic_beta" in row and "rewards/margins" in row]
     if not rows:
-        return None
+        return
     plt = _pyplot()
     steps, betas = [row["step"] for row in rows], [row["dynamic_beta"] for row in rows]
     low, high = min(betas), max(betas)
@@ -152,10 +155,8 @@ def plot_foodpo(run_dir: str | Path, title: str) -> Path | None:
     beta_axis.set_title(f"{title}: dynamic beta and reward margin")
     fig.legend(loc="lower center", ncol=2, fontsize="small")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    out = run_dir / "foodpo_beta_margin.png"
-    fig.savefig(out, dpi=100)
+    fig.savefig(run_dir / "foodpo_beta_margin.png", dpi=100)
     plt.close(fig)
-    return out
 
 
 def plot_memory(run_dir: Path, attempts: list[Attempt], predicted_gb: float | None, budget_gb: float | None,
