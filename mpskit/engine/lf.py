@@ -14,6 +14,7 @@ import importlib.util
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.inputs.token_lengths import read_tokenizer
 from mpskit.rundir import args_text, write_atomic
 from mpskit.stages import stage_of
 
@@ -157,9 +158,7 @@ def _vocabulary(model: Path, trust_remote_code: bool) -> set[str]:
     model has one (no torch), else as transformers builds the tokenizer."""
     try:
         if (model / "tokenizer.json").is_file():
-            from tokenizers import Tokenizer
-
-            return set(Tokenizer.from_file(str(model / "tokenizer.json")).get_vocab(with_added_tokens=True))
+            return set(read_tokenizer(model / "tokenizer.json").get_vocab(with_added_tokens=True))
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code, local_files_only=True)

@@ -15,11 +15,11 @@ two answers for a pair (chosen and rejected are padded to one length), before `c
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import statistics
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from mpskit.errors import MpskitError
@@ -41,8 +41,15 @@ class DataLengths:
     longest: int
     source: str  # how they were counted, for the plan's lines
 
+    @functools.cached_property
+    def padded(self) -> tuple[int, ...]:
+        """Each length padded to the collator's multiple, once (the planner asks at every setting)."""
+        return tuple(_padded(length) for length in self.tokens)
+
     def capped(self, cutoff: int) -> list[int]:
-        return [_padded(min(length, cutoff)) for length in self.tokens]
+        """The padded lengths under cutoff_len (padding is monotone: padding the shorter is the shorter)."""
+        cap = _padded(cutoff)
+        return [min(length, cap) for length in self.padded]
 
     def mean(self, cutoff: int) -> float:
         """The tokens of an average row under cutoff_len (padded to the collator's multiple)."""
@@ -92,10 +99,8 @@ def data_lengths(args: dict, stage: str, tokenizer_dir: Path | None) -> tuple[Da
     conversations = _training_conversations(args, stage)
     if isinstance(conversations, str):
         return None, conversations
-    from tokenizers import Tokenizer
-
     try:
-        tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+        tokenizer = read_tokenizer(tokenizer_dir / "tokenizer.json")
     except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own Exception type
         return None, f"cannot read {tokenizer_dir / 'tokenizer.json'} ({type(err).__name__})"
     total = len(conversations)
@@ -110,6 +115,15 @@ def data_lengths(args: dict, stage: str, tokenizer_dir: Path | None) -> tuple[Da
         tokens.append(_template_tokens(tokenizer, template, roles) + shared + longer)
     source = f"all {total} rows" if len(chosen) == total else f"{len(chosen)} of {total} rows"
     return DataLengths(tuple(sorted(tokens)), total, max(tokens), f"token lengths of {source}"), ""
+
+
+@functools.cache
+def read_tokenizer(path: Path):
+    """A tokenizer.json as `tokenizers` reads it (no torch), read once per process: the plan counts the
+    rows with it, and the template check (engine/lf.py) reads its vocabulary."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
 
 
 Conversation = tuple[tuple[str, ...], list[str], list[str]]  # roles, texts of the turns, the pair's answers
@@ -194,7 +208,7 @@ def _chat_template(tokenizer_dir: Path) -> str | None:
     return template if isinstance(template, str) else None
 
 
-@cache
+@functools.cache
 def _template_tokens(tokenizer, template: str | None, roles: tuple[str, ...]) -> int:
     """The template's tokens around turns of these roles: the chat template rendered with empty turns."""
     if template is None:
