@@ -105,7 +105,7 @@ def cmd_config(words: list[str]) -> int:
     from mpskit.inputs.plain_data import registration_folder
     from mpskit.recipes.changes import say_changes
     from mpskit.recipes.checks import prepare
-    from mpskit.rundir import cannot_write, check_file_target, new_run_dir
+    from mpskit.rundir import cannot_write, check_file_target, new_run_dir, writing
 
     force = "--force" in words
     run, output = _resolve_from_words([word for word in words if word != "--force"])
@@ -125,10 +125,12 @@ def cmd_config(words: list[str]) -> int:
     args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))
     say_changes(run, args)
     if output:
-        try:
-            lf.write_yaml(args, output)
-        except OSError as err:
-            raise cannot_write(Path(output), err, "-o") from None
+        with writing(Path(output), "-o", "mpskit config"):
+            check_file_target(Path(output), force)  # again, under the lock: another writer may have been first
+            try:
+                lf.write_yaml(args, output)
+            except OSError as err:
+                raise cannot_write(Path(output), err, "-o") from None
         print(f"mpskit: wrote {output}", file=sys.stderr)
         own = [f"{key}={str(args[key]).lower()}" for key in lf.LEAN_KEYS if key in run.pinned and key in args]
         if own:  # llamafactory-cli would refuse them in the file, so they are not there

@@ -208,6 +208,47 @@ def check_output_path(path: Path, what: str) -> None:
         raise cannot_write(path, OSError(errno.ENOSPC, ""), what)
 
 
+@contextlib.contextmanager
+def writing(path: Path, what: str, doing: str) -> Iterator[None]:
+    """One writer at a time for an output PATH (config -o, export -o, compare --out, tiny-model), after
+    check_output_path: an exclusive lock on a hidden file beside it, .NAME.lock, that holds the writer's
+    process number and goes when the write ends. A second writer is one line naming that process. The
+    kernel drops the lock of a killed writer; its file stays, and the next writer takes it."""
+    check_output_path(path, what)
+    lock = path.parent / f".{path.name}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                raise MpskitError(
+                    f"cannot write {path}: it is in use by {holder}", f"wait until it ends, or give {what} another path"
+                ) from None
+            if _same_file(fd, lock):  # not a lock file its last holder removed while this one waited to open it
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"process {os.getpid()} ({doing})".encode())
+    except OSError as err:
+        raise cannot_write(path, err, what) from None
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), path.lstat())
+    except FileNotFoundError:
+        return False
+
+
 def _pathconf(folder: Path, name: str, default: int) -> int:
     try:
         return os.pathconf(folder, name)

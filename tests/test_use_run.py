@@ -100,6 +100,52 @@ def test_export_writes_a_model_that_computes_what_the_adapter_does(finished_run,
     assert not torch.allclose(base, expected, atol=1e-4)  # the adapter changed something, so the match means a merge
 
 
+HOLD_TARGETS = """
+import contextlib, sys
+from pathlib import Path
+from mpskit.rundir import writing
+with contextlib.ExitStack() as stack:
+    for target in sys.argv[1:]:
+        stack.enter_context(writing(Path(target), "-o", "the holder"))
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_second_writer_of_one_output_is_one_line_naming_the_first(finished_run, tiny_model, tmp_path, capsys):
+    """Two commands at once on one output (config -o, export -o, compare --out, tiny-model): the one
+    that comes second is one line naming the process that writes there, and writes nothing; once that
+    process is done, the same command writes."""
+    import subprocess
+    import sys
+
+    from mpskit.cli import main
+
+    config, merged, compared, model = (tmp_path / name for name in ("run.yaml", "merged", "compared", "model"))
+    commands = {
+        config: ["config", "preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}",
+                 "-o", str(config)],
+        merged: ["export", str(finished_run), "-o", str(merged)],
+        compared: ["compare", str(finished_run), "--out", str(compared)],
+        model: ["tiny-model", str(model)],
+    }  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_TARGETS, *map(str, commands)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        for target, words in commands.items():
+            assert main(words) == 2
+            [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mpskit: error:")]
+            assert f"cannot write {target}: it is in use by process {holder.pid} (the holder)" in line, line
+            assert "wait until it ends" in line and not target.exists()
+    finally:
+        holder.communicate("", timeout=60)
+    assert main(commands[config]) == 0 and config.is_file()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run.yaml"]  # no lock file left behind
+
+
 def test_export_refuses_a_folder_that_holds_files(tmp_path):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "keep.txt").write_text("mine")

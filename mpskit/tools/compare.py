@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.rundir import RunDir, cannot_write, check_output_path
+from mpskit.rundir import RunDir, cannot_write, writing
 
 COLUMNS = ("run", "stage", "pref_beta_scale", "final_train_loss", "eval_rewards/accuracies",
            "eval_rewards/log_ratio_gap", "eval_rewards/margins", "mean_dynamic_beta")  # fmt: skip
@@ -64,7 +64,11 @@ OUTPUTS = ("comparison.csv", "comparison.md", "comparison.png")
 
 def compare(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
     out = Path(out_dir)
-    check_output_path(out, "--out")
+    with writing(out, "--out", "mpskit compare"):
+        return _write_comparison(run_dirs, out)
+
+
+def _write_comparison(run_dirs: list[str | Path], out: Path) -> Path:
     if out.exists() and not out.is_dir():
         raise MpskitError(f"{out} is a file", "give --out a folder")
     there = [name for name in OUTPUTS if (out / name).exists() or (out / name).is_symlink()]

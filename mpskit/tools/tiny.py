@@ -12,7 +12,7 @@ from pathlib import Path
 from mpskit.errors import MpskitError
 from mpskit.inputs.presets import demo_data_dir, preset_model_dir
 from mpskit.run.quiet import is_verbose
-from mpskit.rundir import cannot_write, check_output_path
+from mpskit.rundir import cannot_write, writing
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2.5's chat template without tools: its default system prompt is LLaMA-Factory's `qwen` template's.
@@ -61,13 +61,18 @@ def build_tiny_model(
     the same tokenizer, as the memory bench uses; a vocab_size above the tokenizer's leaves the extra
     embedding rows unused, as in Qwen's own checkpoints."""
     out = Path(out_dir)
-    check_output_path(out, "the model folder")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise MpskitError(f"{out} already exists and is not an empty folder", "choose another folder or use it as is")
     data = Path(data_dir) if data_dir else demo_data_dir()
     if not data.is_dir():
         raise MpskitError(f"data directory {data} not found", "pass --data DIR with the demo datasets")
+    with writing(out, "the model folder", "mpskit tiny-model"):
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise MpskitError(
+                f"{out} already exists and is not an empty folder", "choose another folder or use it as is"
+            )
+        return _build(out, data, seed, dims)
 
+
+def _build(out: Path, data: Path, seed: int, dims: dict | None) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.run.quiet import library_output
-from mpskit.rundir import RunDir, check_output_path, latest_run_dir
+from mpskit.rundir import RunDir, latest_run_dir, writing
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 EXPORT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # else float32: what the run trained in
@@ -92,12 +92,15 @@ def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bo
     one). It is written under a hidden temporary name on OUT's own file system (inside OUT when OUT is
     the user's empty folder, which may be a mount point; beside it otherwise), moved into place when
     complete, and removed on any other end (an error, Ctrl-C, SIGTERM), so a killed export leaves no
-    folder that looks like a model."""
+    folder that looks like a model. One export at a time writes OUT (rundir.writing)."""
     out = Path(os.path.abspath(Path(out_dir).expanduser()))
-    check_output_path(out, "-o")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise MpskitError(f"{out} already exists and is not an empty folder", "give -o a new folder")
-    run = open_trained(run_dir, allow_unfinished)
+    with writing(out, "-o", "mpskit export"):
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise MpskitError(f"{out} already exists and is not an empty folder", "give -o a new folder")
+        return _export(open_trained(run_dir, allow_unfinished), out)
+
+
+def _export(run: RunDir, out: Path) -> Path:
     partial = (out if out.is_dir() else out.parent) / f".{out.name}.partial-{os.getpid()}"
     try:
         with run.locked("mpskit export"):
