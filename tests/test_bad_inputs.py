@@ -160,7 +160,8 @@ def base(model: Path) -> list[str]:
 
 
 # (case id, words after `mpskit`, needles in the one error line); {w} is the work dir
-CASES = [
+# What a user writes: files, words, values, presets, hardware profiles, datasets, models.
+INPUT_CASES = [
     ("run file missing", ["train", "{w}/nope.yaml"], ["does not exist"]),
     ("run file malformed", ["train", "{w}/broken.yaml"], ["not valid YAML", "line"]),
     ("run file is a list", ["train", "{w}/list.yaml"], ["not a mapping"]),
@@ -217,44 +218,7 @@ CASES = [
         ["train", "BASE", "preset=foodpo", "dataset=demo_pref", "eval_dataset=", "pref_loss=kto_pair"],
         ["kto_pair"],
     ),  # fmt: skip
-    ("output_dir holds files", ["train", "BASE", "output_dir={w}/full_run"], ["already holds files"]),
-    ("output_dir under a file", ["train", "BASE", "output_dir={w}/a_file/run"], ["cannot create the run directory"]),
     ("resume: not a run", ["train", "--resume", "{w}/not_a_run"], ["not an mpskit run directory"]),
-    ("resume: unreadable record", ["train", "--resume", "{w}/no_ckpt_run"], ["is damaged: run_name is missing"]),
-    ("lora_target: no such module", ["train", "BASE", "lora_target=q_proj,nonexistent_proj"],
-     ["has no module 'nonexistent_proj'", "q_proj", "lora_target=all"]),
-    ("lora_target: a norm", ["train", "BASE", "lora_target=input_layernorm"], ["not a linear layer"]),
-    ("train_on_prompt on DPO", ["train", "BASE", "preset=dpo", "dataset=demo_pref", "eval_dataset=",
-                                "train_on_prompt=true"], ["train_on_prompt=true applies to SFT only"]),
-    ("streaming with max_samples", ["train", "BASE", "streaming=true", "max_samples=10", "max_steps=2"],
-     ["cannot take max_samples"]),
-    ("streaming without max_steps", ["train", "BASE", "streaming=true"], ["needs max_steps"]),
-    ("evaluation with nothing to evaluate on", ["train", "BASE", "eval_dataset=", "eval_strategy=epoch"],
-     ["eval_strategy=epoch evaluates, but there is no eval_dataset", "eval_strategy=no"]),
-    ("template of another family", ["config", "BASE", "template=llama3", "-o", "{w}/out.yaml"],
-     ["<|eot_id|>", "another model family's template"]),
-    ("model: config.json without model_type", ["train", "BASE", "model_name_or_path={w}/no_type_model"],
-     ["names no model_type"]),
-    ("model: a cut safetensors file", ["train", "BASE", "model_name_or_path={w}/cut_model"],
-     ["not a readable safetensors file", "incomplete metadata"]),
-    ("resume: a link inside the run folder", ["train", "--resume", "{w}/linked_run"],
-     ["trainer_log.jsonl is a link", "would write through it"]),
-    ("resume: a record field of the wrong type", ["train", "--resume", "{w}/typed_run"],
-     ['attempts[1].attempt is "1", not a whole number', "--rebuild-record"]),
-    ("eval: a record field of the wrong type", ["eval", "{w}/typed_run"], ['attempts[1].attempt is "1"']),
-    ("compare: a record field of the wrong type", ["compare", "--out", "{w}/cmp", "{w}/typed_run"],
-     ['attempts[1].attempt is "1"']),
-    ("config -o a name too long", ["config", "BASE", "-o", "{w}/" + "a" * 300 + ".yaml"],
-     ["longer than its file system takes", "give -o a shorter name"]),
-    ("config -o in /proc", ["config", "BASE", "-o", "/proc/run.yaml"], ["not on a disk", "give -o a path on a disk"]),
-    ("compare --out a name too long", ["compare", "--out", "{w}/" + "a" * 300, "{w}/not_a_run"],
-     ["longer than its file system takes", "give --out a shorter name"]),
-    ("compare --out a file", ["compare", "--out", "{w}/a_file", "{w}/not_a_run"], ["is a file", "give --out a folder"]),
-    ("tiny-model into a file", ["tiny-model", "{w}/a_file"], ["not an empty folder"]),
-    ("tiny-model under a file", ["tiny-model", "{w}/a_file/model"], ["a part of it is a file, not a folder"]),
-    ("export -o a name too long", ["export", "{w}/not_a_run", "-o", "{w}/" + "b" * 300],
-     ["longer than its file system takes"]),
-    ("run_name too long", ["train", "BASE", "run_name=" + "r" * 300], ["run_name is 300 characters long"]),
     ("resume with another key", ["train", "--resume", "{w}/not_a_run", "learning_rate=1"],
      ["--resume takes a run directory, and dataset=/eval_dataset="]),
     ("resume: nothing to resume", ["train", "--resume"], ["no run found"]),
@@ -323,11 +287,6 @@ CASES = [
     ("quantization to 5 bits", ["plan", "BASE", "quantization_bit=5"], ["quantization_bit=5"]),
     ("quantized by HQQ", ["train", "BASE", "quantization_bit=4", "quantization_method=hqq"], ["hqq", "bitsandbytes"]),
     ("quantized full fine-tuning", ["train", "BASE", "quantization_bit=4", "finetuning_type=full"], ["adapters only"]),
-    (
-        "GPTQ base on the CPU",
-        ["train", "preset=sft", "model_name_or_path={w}/gptq_model", "template=qwen", f"dataset_dir={DATA}"],
-        ["GPTQ-quantized", "CUDA kernels", "quantization_bit=4"],
-    ),  # fmt: skip
     ("impossible cutoff (packed: every sequence fills it)",
      ["train", "BASE", "cutoff_len=100000000", "min_cutoff_len=100000000", "packing=true"], ["no setting fits"]),
     ("hardware RAM NaN", ["train", "BASE", "--hardware", "{w}/hw_nan_ram.yaml"], ["ram_gb=nan"]),
@@ -358,7 +317,6 @@ CASES = [
     ("YAML alias bomb", ["train", "{w}/bomb.yaml"], ["nested aliases"]),
     ("YAML alias cycle", ["config", "{w}/cycle.yaml"], ["nested aliases"]),
     ("run file too large", ["train", "{w}/huge.yaml"], ["larger than"]),
-    ("run file a pipe", ["train", "{w}/pipe.yaml"], ["not a regular file"]),
     ("run file with a python tag", ["train", "{w}/python_tag.yaml"], ["not valid YAML"]),
     ("model config.json broken", ["train", "preset=sft", "model_name_or_path={w}/bad_config_model"], ["config.json"]),
     ("model is a file", ["train", "preset=sft", "model_name_or_path={w}/a_file"], ["no config.json"]),
@@ -408,38 +366,14 @@ CASES = [
         ["train", "BASE", "preset=dpo", "dataset=demo_sft", "eval_dataset="],
         ["not a preference set"],
     ),
-    ("output_dir a dangling link", ["train", "BASE", "output_dir={w}/dangling"], ["link to nothing"]),
-    ("output_dir is a file", ["train", "BASE", "output_dir={w}/a_file"], ["a_file"]),
     ("resume: a file", ["train", "--resume", "{w}/a_file"], ["not an mpskit run directory"]),
-    ("resume: a loop of links", ["train", "--resume", "{w}/loop"], ["cannot be followed to a folder"]),
-    ("export: a loop of links", ["export", "{w}/loop", "-o", "{w}/merged"], ["cannot be followed to a folder"]),
-    ("run inside the model folder", ["train", "BASE", "output_dir={w}/gptq_model/run"], ["inside the model folder"]),
-    ("train: a FIFO in dataset_info", ["train", "BASE", "dataset_dir={w}/fifo_data", "dataset=piped"],
-     ["points at", "not a regular file"]),
-    ("config over an existing file", ["config", "BASE", "-o", "{w}/a_file"], ["a_file already exists", "--force"]),
-    # a FIFO and a link stand in for /dev/null and /dev/stdout, which a failure here would replace
-    ("config onto a FIFO", ["config", "BASE", "-o", "{w}/fifo", "--force"], ["fifo is not a regular file"]),
-    ("config onto a link", ["config", "BASE", "-o", "{w}/link_to_file", "--force"], ["link_to_file is not a regular"]),
-    ("config onto a folder", ["config", "BASE", "-o", "{w}", "--force"], ["is not a regular file"]),
-    ("config below a file", ["config", "BASE", "-o", "{w}/a_file/x.yaml"], ["a part of it is a file, not a folder"]),
-    ("config under /proc", ["config", "BASE", "-o", "/proc/mpskit.yaml"], ["cannot write /proc/mpskit.yaml"]),
     ("resume from a missing checkpoint", ["train", "BASE", "resume_from_checkpoint={w}/nope"], ["not a folder"]),
-    (
-        "resume from a cut checkpoint",
-        ["train", "BASE", "resume_from_checkpoint={w}/not_a_run"],
-        ["no readable trainer_state.json"],
-    ),  # fmt: skip
     ("stage ppo", ["train", "BASE", "stage=ppo"], ["stage ppo is not run by mpskit", "stage=rm"]),
     ("KTO on a set without kto_tag", ["train", "BASE", "preset=kto", "dataset=demo_sft"], ["no kto_tag column"]),
     ("word without a value", ["train", "BASE", "stage"], ["not key=value"]),
     ("word without a key", ["train", "BASE", "=4"], ["empty key"]),
     ("unknown command", ["trian"], ["invalid choice: 'trian'"]),
     ("compare without --out", ["compare", "{w}/not_a_run"], ["--out"]),
-    # checked before the run folder exists (each used to crash after it, with `latest` moved to it)
-    ("model folder with only config.json", ["train", "BASE", "model_name_or_path={w}/config_only_model"],
-     ["has no weights"]),
-    ("model folder without a tokenizer", ["train", "BASE", "model_name_or_path={w}/no_tokenizer_model"],
-     ["has no tokenizer"]),
     ("template misspelt", ["train", "BASE", "template=qwne"], ["template 'qwne'", "did you mean 'qwen'"]),
     ("config: template misspelt", ["config", "BASE", "template=qwne"], ["template 'qwne'"]),
     ("val_size one", ["train", "BASE", "val_size=1", "eval_dataset="], ["val_size=1"]),
@@ -473,16 +407,8 @@ CASES = [
     ("stage typo", ["train", "BASE", "stage=dop"], ["unknown stage 'dop'", "did you mean 'dpo'"]),
     ("a data file beside a dataset_dir", ["train", "BASE", "dataset={w}/rows.jsonl"],
      ["is a file, so dataset_dir", "leave out dataset_dir"]),
-    pytest.param("report_to wandb without wandb", ["train", "BASE", "report_to=wandb"],
-                 ["pip install wandb", "report_to: none"],
-                 marks=pytest.mark.skipif(bool(importlib.util.find_spec("wandb")), reason="wandb is installed")),
-    ("use_badam without badam", ["train", "BASE", "use_badam=true"], ["pip install badam"]),
     ("oom_ladder not keep or adapt", ["train", "BASE", "oom_ladder=sometimes"], ["oom_ladder='sometimes'", "adapt"]),
-    ("export -o a dangling link", ["export", "{w}/not_a_run", "-o", "{w}/dangling"], ["is a link"]),
     ("export of a folder that is not a run", ["export", "{w}/not_a_run", "-o", "{w}/merged"], ["not an mpskit run"]),
-    ("chat with a broken record", ["chat", "{w}/no_ckpt_run"], ["is damaged: run_name is missing"]),
-    ("compare over an earlier comparison", ["compare", "--out", "{w}/compared", "{w}/not_a_run"],
-     ["already holds comparison.md", "new folder"]),
     pytest.param(
         "MPS profile on a machine without MPS",
         ["train", "BASE", "--hardware", "m1-pro-16gb"],
@@ -502,6 +428,105 @@ CASES = [
     ),  # fmt: skip
 ]
 
+# Family 1, the engine: what LLaMA-Factory, transformers or peft would raise once the run began,
+# checked before anything is written (the boundary's own cases are in test_errors.py).
+ENGINE_CASES = [
+    ("lora_target: no such module", ["train", "BASE", "lora_target=q_proj,nonexistent_proj"],
+     ["has no module 'nonexistent_proj'", "q_proj", "lora_target=all"]),
+    ("lora_target: a norm", ["train", "BASE", "lora_target=input_layernorm"], ["not a linear layer"]),
+    ("train_on_prompt on DPO", ["train", "BASE", "preset=dpo", "dataset=demo_pref", "eval_dataset=",
+                                "train_on_prompt=true"], ["train_on_prompt=true applies to SFT only"]),
+    ("streaming with max_samples", ["train", "BASE", "streaming=true", "max_samples=10", "max_steps=2"],
+     ["cannot take max_samples"]),
+    ("streaming without max_steps", ["train", "BASE", "streaming=true"], ["needs max_steps"]),
+    ("evaluation with nothing to evaluate on", ["train", "BASE", "eval_dataset=", "eval_strategy=epoch"],
+     ["eval_strategy=epoch evaluates, but there is no eval_dataset", "eval_strategy=no"]),
+    ("template of another family", ["config", "BASE", "template=llama3", "-o", "{w}/out.yaml"],
+     ["<|eot_id|>", "another model family's template"]),
+    ("model: config.json without model_type", ["train", "BASE", "model_name_or_path={w}/no_type_model"],
+     ["names no model_type"]),
+    ("model: a cut safetensors file", ["train", "BASE", "model_name_or_path={w}/cut_model"],
+     ["not a readable safetensors file", "incomplete metadata"]),
+    (
+        "GPTQ base on the CPU",
+        ["train", "preset=sft", "model_name_or_path={w}/gptq_model", "template=qwen", f"dataset_dir={DATA}"],
+        ["GPTQ-quantized", "CUDA kernels", "quantization_bit=4"],
+    ),  # fmt: skip
+    # checked before the run folder exists (each used to crash after it, with `latest` moved to it)
+    ("model folder with only config.json", ["train", "BASE", "model_name_or_path={w}/config_only_model"],
+     ["has no weights"]),
+    ("model folder without a tokenizer", ["train", "BASE", "model_name_or_path={w}/no_tokenizer_model"],
+     ["has no tokenizer"]),
+    pytest.param("report_to wandb without wandb", ["train", "BASE", "report_to=wandb"],
+                 ["pip install wandb", "report_to: none"],
+                 marks=pytest.mark.skipif(bool(importlib.util.find_spec("wandb")), reason="wandb is installed")),
+    ("use_badam without badam", ["train", "BASE", "use_badam=true"], ["pip install badam"]),
+    ("best model with strategies apart", ["train", "BASE", "load_best_model_at_end=true", "eval_strategy=epoch",
+                                          "save_strategy=steps"], ["they are steps and epoch", "leave load_best"]),
+    ("best model with saves unevaluated", ["train", "BASE", "load_best_model_at_end=true", "eval_strategy=steps",
+                                           "eval_steps=3", "save_steps=4"], ["save_steps=4 is not a multiple of"]),
+    ("report_to a list as a word", ["train", "BASE", "report_to=[wandb]"], ["a list written as one word"]),
+    ("optim a number", ["train", "BASE", "optim=7"], ["--optim", "invalid choice: '7'"]),
+]
+
+# Family 2, records: a damaged or hand-edited mpskit.json, a run folder that is not what it was.
+RECORD_CASES = [
+    ("resume: unreadable record", ["train", "--resume", "{w}/no_ckpt_run"], ["is damaged: run_name is missing"]),
+    ("resume: a link inside the run folder", ["train", "--resume", "{w}/linked_run"],
+     ["trainer_log.jsonl is a link", "would write through it"]),
+    ("resume: a record field of the wrong type", ["train", "--resume", "{w}/typed_run"],
+     ['attempts[1].attempt is "1", not a whole number', "--rebuild-record"]),
+    ("eval: a record field of the wrong type", ["eval", "{w}/typed_run"], ['attempts[1].attempt is "1"']),
+    ("compare: a record field of the wrong type", ["compare", "--out", "{w}/cmp", "{w}/typed_run"],
+     ['attempts[1].attempt is "1"']),
+    (
+        "resume from a cut checkpoint",
+        ["train", "BASE", "resume_from_checkpoint={w}/not_a_run"],
+        ["no readable trainer_state.json"],
+    ),  # fmt: skip
+    ("chat with a broken record", ["chat", "{w}/no_ckpt_run"], ["is damaged: run_name is missing"]),
+]
+
+# Family 3, the file system: names too long, links, devices, files where folders go, /proc, full
+# folders. Family 4 (two commands at once on one output) is test_use_run.py's
+# test_a_second_writer_of_one_output_is_one_line_naming_the_first.
+FILE_SYSTEM_CASES = [
+    ("output_dir holds files", ["train", "BASE", "output_dir={w}/full_run"], ["already holds files"]),
+    ("output_dir under a file", ["train", "BASE", "output_dir={w}/a_file/run"], ["cannot create the run directory"]),
+    ("config -o a name too long", ["config", "BASE", "-o", "{w}/" + "a" * 300 + ".yaml"],
+     ["longer than its file system takes", "give -o a shorter name"]),
+    ("config -o in /proc", ["config", "BASE", "-o", "/proc/run.yaml"], ["not on a disk", "give -o a path on a disk"]),
+    ("compare --out a name too long", ["compare", "--out", "{w}/" + "a" * 300, "{w}/not_a_run"],
+     ["longer than its file system takes", "give --out a shorter name"]),
+    ("compare --out a file", ["compare", "--out", "{w}/a_file", "{w}/not_a_run"], ["is a file", "give --out a folder"]),
+    ("tiny-model into a file", ["tiny-model", "{w}/a_file"], ["not an empty folder"]),
+    ("tiny-model under a file", ["tiny-model", "{w}/a_file/model"], ["a part of it is a file, not a folder"]),
+    ("export -o a name too long", ["export", "{w}/not_a_run", "-o", "{w}/" + "b" * 300],
+     ["longer than its file system takes"]),
+    ("run_name too long", ["train", "BASE", "run_name=" + "r" * 300], ["run_name is 300 characters long"]),
+    ("run file a pipe", ["train", "{w}/pipe.yaml"], ["not a regular file"]),
+    ("output_dir a dangling link", ["train", "BASE", "output_dir={w}/dangling"], ["link to nothing"]),
+    ("output_dir is a file", ["train", "BASE", "output_dir={w}/a_file"], ["a_file"]),
+    ("resume: a loop of links", ["train", "--resume", "{w}/loop"], ["cannot be followed to a folder"]),
+    ("export: a loop of links", ["export", "{w}/loop", "-o", "{w}/merged"], ["cannot be followed to a folder"]),
+    ("run inside the model folder", ["train", "BASE", "output_dir={w}/gptq_model/run"], ["inside the model folder"]),
+    ("train: a FIFO in dataset_info", ["train", "BASE", "dataset_dir={w}/fifo_data", "dataset=piped"],
+     ["points at", "not a regular file"]),
+    ("config over an existing file", ["config", "BASE", "-o", "{w}/a_file"], ["a_file already exists", "--force"]),
+    # a FIFO and a link stand in for /dev/null and /dev/stdout, which a failure here would replace
+    ("config onto a FIFO", ["config", "BASE", "-o", "{w}/fifo", "--force"], ["fifo is not a regular file"]),
+    ("config onto a link", ["config", "BASE", "-o", "{w}/link_to_file", "--force"], ["link_to_file is not a regular"]),
+    ("config onto a folder", ["config", "BASE", "-o", "{w}", "--force"], ["is not a regular file"]),
+    ("config below a file", ["config", "BASE", "-o", "{w}/a_file/x.yaml"], ["a part of it is a file, not a folder"]),
+    ("config under /proc", ["config", "BASE", "-o", "/proc/mpskit.yaml"], ["cannot write /proc/mpskit.yaml"]),
+    ("export -o a dangling link", ["export", "{w}/not_a_run", "-o", "{w}/dangling"], ["is a link"]),
+    ("compare over an earlier comparison", ["compare", "--out", "{w}/compared", "{w}/not_a_run"],
+     ["already holds comparison.md", "new folder"]),
+]
+
+FAMILIES = {"input": INPUT_CASES, "engine": ENGINE_CASES, "record": RECORD_CASES, "file system": FILE_SYSTEM_CASES}
+CASES = [case for cases in FAMILIES.values() for case in cases]
+
 
 def snapshot(root: Path) -> dict[str, str]:
     return {
@@ -514,13 +539,15 @@ def test_the_table_is_large_enough():
     assert len(CASES) >= 90
 
 
-def _param(case) -> object:
+def _param(family: str, case) -> object:
     """A table row as a test: (id, words, needles), or a pytest.param of that with marks."""
     values, marks = (case.values, case.marks) if hasattr(case, "marks") else (case, ())
-    return pytest.param(*values[1:], id=values[0], marks=marks)
+    return pytest.param(*values[1:], id=f"{family}: {values[0]}", marks=marks)
 
 
-@pytest.mark.parametrize(("words", "needles"), [_param(case) for case in CASES])
+@pytest.mark.parametrize(
+    ("words", "needles"), [_param(family, case) for family, cases in FAMILIES.items() for case in cases]
+)
 def test_bad_input(words, needles, tmp_path, tiny_model):
     work = tmp_path / "work"
     work.mkdir()

@@ -173,4 +173,3 @@ def round_trip(device: str) -> float:
     packed, state = quantize_4bit(weight, quant_type="nf4", compress_statistics=True)
     back = dequantize_4bit(packed, state).float()
     return float((back - weight).abs().mean() / weight.abs().mean())
-

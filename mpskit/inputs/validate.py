@@ -114,10 +114,38 @@ def check_combinations(args: dict) -> None:
             raise MpskitError("streaming=true cannot take max_samples", "leave it out: max_steps bounds the run")
         if args.get("max_steps", -1) == -1:
             raise MpskitError("streaming=true needs max_steps (a stream has no length)", "set max_steps=N")
+    _check_best_model(args)
+    report_to = args.get("report_to")
+    if isinstance(report_to, str) and report_to.startswith("["):
+        raise MpskitError(
+            f"report_to={report_to} is a list written as one word, which transformers reads as one name",
+            "write report_to=wandb, or a list in the run file: report_to: [wandb, tensorboard]",
+        )
     evaluates = str(args.get("eval_strategy") or "no") != "no" or args.get("do_eval") is True
     if evaluates and not args.get("eval_dataset") and args.get("val_size") in (None, 0, 0.0):  # any other: checked
         said = f"eval_strategy={args['eval_strategy']}" if str(args.get("eval_strategy") or "no") != "no" else "do_eval"
         raise MpskitError(
             f"{said} evaluates, but there is no eval_dataset and no val_size to evaluate on",
             "set eval_dataset=NAME or val_size=0.1, or eval_strategy=no",
+        )
+
+
+def _check_best_model(args: dict) -> None:
+    """load_best_model_at_end compares checkpoints by their evaluation: transformers refuses it unless
+    each save has an evaluation, the same strategy and (by steps) a save_steps that eval_steps divides."""
+    save, evaluate = str(args.get("save_strategy") or "steps"), str(args.get("eval_strategy") or "no")
+    if args.get("load_best_model_at_end") is not True or save == "best":
+        return
+    if save != evaluate:
+        raise MpskitError(
+            f"load_best_model_at_end=true needs save_strategy and eval_strategy alike; they are {save} and {evaluate}",
+            "set both to steps (or epoch), or leave load_best_model_at_end out",
+        )
+    save_steps, eval_steps = args.get("save_steps", 500), args.get("eval_steps") or args.get("logging_steps", 500)
+    counts = all(isinstance(n, int | float) and n >= 1 for n in (save_steps, eval_steps))  # below 1: a share of the run
+    if save == "steps" and counts and save_steps % eval_steps:
+        raise MpskitError(
+            f"load_best_model_at_end=true needs each save evaluated: save_steps={save_steps:g} is not a multiple of "
+            f"eval_steps={eval_steps:g}",
+            f"set save_steps to a multiple of {eval_steps:g}",
         )
