@@ -51,6 +51,7 @@ class Attempt:
     resumed_from: str | None = None  # checkpoint-N, or None from step 0
     outcome: str = ""  # "finished", "stopped by SIGINT ...", "out of memory", "error: ..."
     measured: dict = field(default_factory=dict)  # the memory monitor's figures and step times
+    predicted_gb: float | None = None  # the plan's training memory at this attempt's knobs
     lean_logits: dict | None = None  # what each lean path did (lean_trainers.LeanPath.report)
     lean_attention: dict | None = None
     device_figures: dict | None = None  # out of memory: the device's own figures
@@ -63,11 +64,15 @@ class Memory:
     """A run's memory plan and what its attempts measured, in GB."""
 
     predicted: dict = field(default_factory=dict)  # memory.Estimate.as_dict(): parts_gb, training_gb, framework_gb
+    # what the plan was computed from, so that a rung of the out-of-memory ladder is planned the same way:
+    dims: dict = field(default_factory=dict)  # memory.ModelDims
+    knobs: dict = field(default_factory=dict)  # knobs.Knobs of the latest plan (a rung's, after one)
+    longest_batch: int | None = None  # the longest sequence the data makes (None: cutoff_len)
     budget_gb: float | None = None
     budget: str = ""  # where the budget comes from
     planner_changes: list[str] = field(default_factory=list)
     measured: dict = field(default_factory=dict)  # the latest attempt's monitor figures
-    error: float | None = None  # (predicted - measured) / measured training memory
+    error: float | None = None  # (predicted - measured) / measured training memory, of the latest attempt
     other_keys: dict = field(default_factory=dict)
 
     @property

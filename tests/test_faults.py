@@ -180,6 +180,8 @@ def test_every_rung_of_the_ladder_ends_in_a_finished_run(tmp_path, tiny_model, s
     assert first["outcome"] == "out of memory" and second["outcome"] == "finished"
     moved = {key for key, value in second["knobs"].items() if first["knobs"][key] != value}
     assert moved == MOVES[rung], (first["knobs"], second["knobs"])
+    memory = record(run_dir)["memory"]  # the rung's own plan, which the attempt after it is measured against
+    assert memory["predicted"]["training_gb"] == second["predicted_gb"] <= first["predicted_gb"]
     state = json.loads((run_dir / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     assert all(math.isfinite(row["loss"]) for row in state["log_history"] if "loss" in row)

@@ -118,8 +118,12 @@ def written_output_dir(path: Path) -> str:
 def memory_record(memory_plan: planner.Plan | None) -> Memory:
     if memory_plan is None:
         return Memory()
+    chosen = memory_plan.chosen.knobs
     return Memory(
         predicted=memory_plan.chosen.estimate.as_dict(),
+        dims=dataclasses.asdict(memory_plan.dims),
+        knobs=dataclasses.asdict(chosen),
+        longest_batch=memory_plan.longest_batch(chosen),
         budget_gb=round(memory_plan.budget.training_bytes / GB, 3),
         budget=memory_plan.budget.why,
         planner_changes=memory_plan.changes,

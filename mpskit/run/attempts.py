@@ -22,14 +22,14 @@ from typing import NoReturn
 
 from mpskit.engine import lf
 from mpskit.errors import Interrupted, MpskitError, RunFailed
-from mpskit.inputs.knobs import LADDER, as_words, effective_batch, from_args, next_rung, to_args
+from mpskit.inputs.knobs import LADDER, Knobs, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.inputs.launch import inside_launch, rank
 from mpskit.plan.duration import steady_step_s
 from mpskit.run.boundary import keep_traceback, one_line
 from mpskit.run.oom import OutOfMemory, recognise
 from mpskit.run.quiet import LOG_FILE
 from mpskit.run.signals import SignalGuard, Stopped
-from mpskit.rundir import FINISHED, Attempt, Duration, Ladder, RunDir, point_latest, set_aside, write_atomic
+from mpskit.rundir import FINISHED, Attempt, Duration, Ladder, Memory, RunDir, point_latest, set_aside, write_atomic
 
 MAX_ATTEMPTS = 4
 
@@ -97,7 +97,6 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
     """Train until finished, out of rungs, or stopped by a signal (then raises Interrupted)."""
     effective = effective_batch(args)
     device = run.record.device
-    predicted = run.record.memory.predicted_training_gb
     first = len(run.record.attempts) + 1
     number = first - 1
     baseline = None  # the process before any model loaded, from the first attempt's monitor on
@@ -106,6 +105,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
         attempt_args = {**args, "resume_from_checkpoint": str(checkpoint) if checkpoint else None}
         before = from_args(args)
         attempt = Attempt(number, to_args(before, effective), checkpoint.name if checkpoint else None)
+        predicted = attempt.predicted_gb = run.record.memory.predicted_training_gb
         guard, monitor = SignalGuard(), None
         try:
             with guard:
@@ -161,6 +161,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
         trained = to_args(before, effective)
         changes = {key: value for key, value in to_args(rung[0], effective).items() if trained.get(key) != value}
         args = {**args, **changes}
+        _plan_rung(run.record.memory, rung[0], run.record.stage, device)
         run.change_args(changes, lf.LEAN_KEYS)
         checkpoint = run.last_checkpoint()
         if rung[0].lora_rank != before.lora_rank:
@@ -171,6 +172,20 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
             checkpoint = None
         where = f"resuming from {checkpoint.name}" if checkpoint else "restarting from step 0"
         print(f"mpskit: next rung: {rung[1]}; {where}", file=sys.stderr)
+
+
+def _plan_rung(memory: Memory, rung: Knobs, stage: str, device: str) -> None:
+    """The memory plan of the rung's setting becomes the run's (its next attempt is measured against
+    it): the memory model on the plan's own dims, data and knobs, with what the ladder moved."""
+    if not (memory.dims and memory.knobs):  # a run planned before the record kept them
+        memory.predicted = {}
+        return
+    from mpskit.plan.memory import ModelDims, estimate
+
+    moved = {name: getattr(rung, name) for name in LADDER}
+    knobs = dataclasses.replace(Knobs(**memory.knobs), **moved)
+    memory.predicted = estimate(ModelDims(**memory.dims), knobs, stage, device, memory.longest_batch).as_dict()
+    memory.knobs = dataclasses.asdict(knobs)
 
 
 def _point_latest(run: RunDir) -> None:

@@ -40,6 +40,16 @@ def reset_peak() -> None:
         refs.write("5")
 
 
+def _reset_device_peak(device: str) -> None:
+    """A later attempt measures its own peak, not an earlier attempt's."""
+    if device == "cpu":
+        reset_peak()
+    elif device == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+
 def memory_reader(device: str):
     """(read current bytes, read peak-so-far bytes or None) for the device."""
     import torch
@@ -53,14 +63,18 @@ def memory_reader(device: str):
 
 
 class MemoryMonitor(TrainerCallback):
-    def __init__(self, device: str, baseline: int | None = None, interval_s: float = 0.02) -> None:
-        """BASELINE: the first attempt's, for a later attempt in the same process (out of memory, a
-        rung down): what the process held before any model loaded, not what the failed attempt left."""
+    def __init__(self, device: str, first_baseline: int | None = None, interval_s: float = 0.02) -> None:
+        """FIRST_BASELINE: the first attempt's, for a later attempt in the same process (out of memory, a
+        rung down): its figures are measured above what the process held before any model loaded, as
+        the plan predicts a fresh process's. What the attempt began on is `held_before_gb`: what the
+        earlier attempts left, most of it paid once (modules imported while training, the data's pages),
+        which the plan counts too."""
         self.device = device
         self._read, self._read_peak = memory_reader(device)
-        if baseline is not None and device == "cpu":
-            reset_peak()
-        self.baseline = self._read() if baseline is None else baseline
+        if first_baseline is not None:
+            _reset_device_peak(device)
+        self.baseline = self._read() if first_baseline is None else first_baseline
+        self.held_before = self._read() - self.baseline
         self.samples: list[tuple[float, int]] = []  # (seconds since start, bytes), one per 0.25 s at most
         self.peak = self.baseline
         self.loaded = self.baseline  # after the model loads, before the first step
@@ -130,6 +144,7 @@ class MemoryMonitor(TrainerCallback):
         return {
             "device": self.device,
             "baseline_gb": round(self.baseline / GB, 4),
+            "held_before_gb": round(max(self.held_before, 0) / GB, 4),
             "peak_gb": round(self.peak / GB, 4),
             "training_gb": round((self.peak - self.baseline) / GB, 4),
             "loaded_gb": round((self.loaded - self.baseline) / GB, 4),

@@ -163,8 +163,9 @@ def plot_memory(run_dir: Path, attempts: list[Attempt], predicted_gb: float | No
                 title: str) -> Path | None:  # fmt: skip
     """Training memory over every attempt of the run, one after another on one time axis (what the
     process holds above its state before the model loaded: the progress line's figure): loading
-    shaded grey, evaluations orange, a line where each attempt after the first begins; the prediction,
-    and the budget where it is on the same scale."""
+    shaded grey, evaluations orange, a line where each attempt after the first begins; each attempt's
+    plan (PREDICTED_GB for a record from before attempts kept theirs), and the budget where it is on
+    the same scale."""
     shown = [attempt for attempt in attempts if attempt.measured.get("samples_gb")]
     if not shown:
         return None
@@ -177,11 +178,17 @@ def plot_memory(run_dir: Path, attempts: list[Attempt], predicted_gb: float | No
         labelled.add(label)
         return label if new else None
 
+    peak, plans = 0.0, []
     for attempt in shown:
         measured = attempt.measured
         seconds = [offset + t for t, _ in measured["samples_gb"]]
         values = [gb for _, gb in measured["samples_gb"]]
         axis.plot(seconds, values, color="tab:blue", label=once(f"measured ({measured['device']})"))
+        peak = max(peak, measured["training_gb"])
+        if plan := attempt.predicted_gb or predicted_gb:
+            axis.hlines(plan, seconds[0], seconds[-1], color="tab:orange", linestyle="--", linewidth=2,
+                        label=once(f"plan {plan:.2f} GB"))  # fmt: skip
+            plans.append(plan)
         if measured.get("train_began_s") is not None:
             axis.axvspan(offset, offset + measured["train_began_s"], color="0.88", label=once("loading"))
         for begin, end in measured.get("eval_spans_s") or []:
@@ -193,11 +200,8 @@ def plot_memory(run_dir: Path, attempts: list[Attempt], predicted_gb: float | No
                           va="top", fontsize="small")  # fmt: skip
         used += values
         offset = seconds[-1] + 1.0
-    peak = max(attempt.measured["training_gb"] for attempt in shown)
     axis.axhline(peak, color="tab:blue", linestyle=":", label=f"measured peak {peak:.2f} GB")
-    if predicted_gb:
-        axis.axhline(predicted_gb, color="tab:orange", linestyle="--", linewidth=2, label=f"plan {predicted_gb:.2f} GB")
-    top = max(peak, predicted_gb or 0, max(used)) * 1.3 or 1
+    top = max(peak, *plans, max(used)) * 1.3 or 1
     if budget_gb and budget_gb <= top * 2:
         axis.axhline(budget_gb, color="tab:red", label=f"budget {budget_gb:.2f} GB")
         top = max(top, budget_gb * 1.1)
