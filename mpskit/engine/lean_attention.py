@@ -19,13 +19,13 @@ sequence, soft-capping, attention sinks, dropout) goes to SDPA, said once.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import torch
 
 # LEAN_MODEL_TYPES (the memory model's table): their attention layers call the attention interface with
 # q, k, v, a causal mask and `scaling` only (Qwen2/Qwen3 and Mistral add a sliding window, checked per call).
+from mpskit.engine.lean_switch import LeanSwitch
 from mpskit.plan.memory import LEAN_MODEL_TYPES, attention_block_bytes
 
 NAME = "mpskit_lean"
@@ -179,13 +179,11 @@ def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int
     return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask, **kwargs)
 
 
-class LeanAttention:
+class LeanAttention(LeanSwitch):
     """The lean-attention switch of one run and what actually ran, for mpskit.json. `install` sets it
     on a loaded model; every call then comes to `forward`, registered with transformers under NAME."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.report: dict = {"asked": enabled, "training": None, "fallbacks": []}
+    name, instead, plain = "lean attention", "SDPA", "sdpa"
 
     def install(self, model: torch.nn.Module) -> None:
         """Make the model (under peft and DDP) attend through `forward`, where its type allows."""
@@ -200,18 +198,11 @@ class LeanAttention:
             inner = inner.get_base_model()
         model_type = getattr(getattr(inner, "config", None), "model_type", None)
         if model_type not in LEAN_MODEL_TYPES:
-            self.fall_back(f"model type {model_type} is not one of {', '.join(LEAN_MODEL_TYPES)}")
+            self.fall_back(f"model type {model_type} is not one of {', '.join(LEAN_MODEL_TYPES)}", training=True)
             return
         AttentionInterface.register(NAME, self.forward)
         AttentionMaskInterface.register(NAME, attention_mask)
         inner.set_attn_implementation(NAME)
-
-    def fall_back(self, why: str, training: bool = True) -> None:
-        if why not in self.report["fallbacks"]:
-            self.report["fallbacks"].append(why)
-            print(f"mpskit: lean attention off for {why}; SDPA runs there", file=sys.stderr)
-        if training and self.report["training"] is None:
-            self.report["training"] = "sdpa"
 
     def forward(self, module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                 sliding_window: int | None = None, softcap: float | None = None, s_aux=None, **kwargs):  # fmt: skip
@@ -229,8 +220,7 @@ class LeanAttention:
         if why:
             self.fall_back(why, module.training)
             return _sdpa(module, query, key, value, attention_mask, dropout, scaling, s_aux=s_aux, **kwargs)
-        if module.training and self.report["training"] is None:
-            self.report["training"] = "lean"
+        self.used(module.training)
         causal = kwargs.get("is_causal") if kwargs.get("is_causal") is not None else getattr(module, "is_causal", True)
         output = lean_attention(
             query, key, value, scaling=scaling if scaling is not None else query.size(-1) ** -0.5, causal=causal,

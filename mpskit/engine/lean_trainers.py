@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 
 import torch
 from llamafactory.extras.constants import IGNORE_INDEX
@@ -24,6 +23,7 @@ from llamafactory.train.trainer_utils import nested_detach
 
 from mpskit.engine.lean_attention import LeanAttention
 from mpskit.engine.lean_logits import final_hidden_states, mean_logit_per_position, next_token_logps, output_weight
+from mpskit.engine.lean_switch import LeanSwitch
 from mpskit.engine.resumable import Resumable
 from mpskit.errors import MpskitError
 
@@ -31,12 +31,10 @@ CustomDPOTrainer = lf_dpo_trainer.CustomDPOTrainer
 CustomSeq2SeqTrainer = lf_sft_workflow.CustomSeq2SeqTrainer
 
 
-class LeanPath:
+class LeanPath(LeanSwitch):
     """The lean-logits switch of one run and what actually ran, for mpskit.json."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.report: dict = {"asked": enabled, "training": None, "fallbacks": []}
+    name, instead, plain = "lean logits", "LLaMA-Factory's own path", "plain"
 
     def weight(self, model: torch.nn.Module, part: str) -> torch.Tensor | None:
         """The output weights when `part` (training, evaluation, ...) may take the lean path, else None."""
@@ -44,20 +42,11 @@ class LeanPath:
             return None
         weight, why = output_weight(model)
         if weight is None:
-            self.fall_back(part, why)
+            self.off_for(part, why)
         return weight
 
-    def used(self, model_training: bool) -> None:
-        if model_training and self.report["training"] is None:
-            self.report["training"] = "lean"
-
-    def fall_back(self, part: str, why: str) -> None:
-        note = f"{part}: {why}"
-        if note not in self.report["fallbacks"]:
-            self.report["fallbacks"].append(note)
-            print(f"mpskit: lean logits off for {note}; LLaMA-Factory's own path runs there", file=sys.stderr)
-        if part == "training" and self.report["training"] is None:
-            self.report["training"] = "plain"
+    def off_for(self, part: str, why: str) -> None:
+        self.fall_back(f"{part}: {why}", training=part == "training")
 
 
 def set_attention(trainer, attention: LeanAttention | None) -> None:
@@ -81,11 +70,11 @@ class LeanSFTTrainer(Resumable, CustomSeq2SeqTrainer):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch, **kwargs)
         if self.label_smoother is not None or self.compute_loss_func is not None:
             if self.lean.enabled:
-                self.lean.fall_back(part, "a custom or smoothed loss needs whole logits")
+                self.lean.off_for(part, "a custom or smoothed loss needs whole logits")
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch, **kwargs)
         if return_outputs and self.compute_metrics is not None:
             if self.lean.enabled:
-                self.lean.fall_back(part, "compute_accuracy / predict_with_generate need whole logits")
+                self.lean.off_for(part, "compute_accuracy / predict_with_generate need whole logits")
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch, **kwargs)
         weight = self.lean.weight(model, part)
         if weight is None:
@@ -133,7 +122,7 @@ class LeanDPOTrainer(Resumable, CustomDPOTrainer):
     def concatenated_forward(self, model, batch, is_ref_model: bool = False):
         part = "reference forward" if is_ref_model else "training" if model.training else "evaluation"
         if self.lean.enabled and self.ld_alpha is not None and not is_ref_model:
-            self.lean.fall_back(part, "LD-DPO (ld_alpha) weighs tokens by position over whole logits")
+            self.lean.off_for(part, "LD-DPO (ld_alpha) weighs tokens by position over whole logits")
             return super().concatenated_forward(model, batch, is_ref_model=is_ref_model)
         weight = self.lean.weight(model, part)
         if weight is None:
