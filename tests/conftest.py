@@ -5,13 +5,21 @@ tests share a module-scoped run carry `xdist_group(__name__)`, so one worker run
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import warm
 from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parent.parent
+# The tests' own faults (plugins/faults.py): in this process, and through sitecustomize.py in every
+# interpreter the tests start.
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+sys.path.insert(0, str(PLUGINS))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(PLUGINS), *filter(None, [os.environ.get("PYTHONPATH")])])
+import faults  # noqa: E402, F401 - installs itself
+import warm  # noqa: E402
+
 # Nothing in the tests may reach a model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"

@@ -34,7 +34,7 @@ import torch
 
 # LLaMA-Factory's training entry imports torch, transformers, peft, trl, datasets and accelerate in its
 # own order (trl imported before it cannot import its DPOTrainer any more).
-PRELOAD = ["llamafactory.train.tuner"]
+PRELOAD = ["llamafactory.train.tuner", "faults"]  # then the tests' faults (plugins/faults.py), into mpskit's lf.run
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
 FRESH_INTERPRETERS = torch.cuda.is_available()

@@ -110,19 +110,18 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
         try:
             with guard:
                 lf.import_engine()  # torch, transformers, LLaMA-Factory: slow the first time
-                from mpskit.run.callbacks import OnTrainBegin, StopOnDivergence, StopOnSignal, fake_faults
+                from mpskit.run.callbacks import OnTrainBegin, StopOnDivergence, StopOnSignal
                 from mpskit.run.monitor import MemoryMonitor
                 from mpskit.run.progress import ProgressLine
                 from mpskit.run.quiet import library_output
 
                 monitor = MemoryMonitor(device, baseline)  # after the imports: its baseline
                 baseline = monitor.baseline
-                faults = fake_faults(number == first == 1)
                 log_dir = run.path if rank() == 0 else None
                 with library_output(log_dir, keep_progress_bar=args.get("disable_tqdm") is False) as log_file:
                     progress = ProgressLine(monitor, predicted, log_file)
                     started = OnTrainBegin(lambda: _point_latest(run))
-                    callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started, *faults]
+                    callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started]
                     lean_paths = lf.run(attempt_args, callbacks=callbacks)
         except Stopped as stop:
             attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"

@@ -1,25 +1,17 @@
 """TrainerCallbacks for clean stops: Ctrl-C / SIGTERM at a step boundary (signals.py), a stop at the
-first non-finite loss or weight, the moment training starts, and the test-only faults (out of memory,
-a full disk, a kill)."""
+first non-finite loss or weight, and the moment training starts. (The tests' faults, an out of memory,
+a full disk or a kill at a chosen step, are the tests' own: tests/plugins/faults.py.)"""
 
 from __future__ import annotations
 
-import errno
 import math
-import os
-import signal
 from collections.abc import Callable
 
 import torch
 from transformers import TrainerCallback
 
 from mpskit.errors import MpskitError
-from mpskit.run.oom import synthetic_error
 from mpskit.run.signals import SignalGuard
-
-FAKE_OOM_VARIABLE = "MPSKIT_FAKE_OOM_AT_STEP"
-FAKE_FULL_DISK_VARIABLE = "MPSKIT_FAKE_FULL_DISK_AT_STEP"
-FAKE_KILL_VARIABLE = "MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP"
 
 
 class StopOnSignal(TrainerCallback):
@@ -84,56 +76,3 @@ class StopOnDivergence(TrainerCallback):
                 f"good checkpoint: mpskit train --resume {args.output_dir}"
             )
         raise MpskitError(f"training diverged at step {step}: {what}", fix)
-
-
-class FakeOutOfMemory(TrainerCallback):
-    """Test-only: MPSKIT_FAKE_OOM_AT_STEP=N raises MPS's out-of-memory error during step N, so the
-    fallback ladder and its resume can be tested end to end on a CPU."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step + 1 == self.step:
-            raise synthetic_error(self.step)
-        return control
-
-
-class FakeFullDisk(TrainerCallback):
-    """Test-only: MPSKIT_FAKE_FULL_DISK_AT_STEP=N cuts the checkpoint save of step N short the way a
-    full disk does (a partial file in .saving/, then ENOSPC), so the stop and the resume after it can
-    be tested without filling a real disk."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            partial = os.path.join(args.output_dir, ".saving", f"checkpoint-{self.step}")
-            os.makedirs(partial, exist_ok=True)
-            with open(os.path.join(partial, "adapter_model.safetensors"), "wb") as file:
-                file.write(b"\0" * 64)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), partial)
-        return control
-
-
-class FakeKill(TrainerCallback):
-    """Test-only: MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP=N kills the process (SIGKILL, nothing runs after
-    it) as soon as the checkpoint of step N is saved: at the last step, the moment between the last
-    checkpoint and the record of the end."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_save(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return control
-
-
-def fake_faults(first_attempt: bool) -> list[TrainerCallback]:
-    """The test-only faults the environment asks for: out of memory and a full disk in a run's first
-    attempt only (the next one is the recovery), a kill in whichever attempt reaches its step."""
-    kinds = ((FAKE_OOM_VARIABLE, FakeOutOfMemory), (FAKE_FULL_DISK_VARIABLE, FakeFullDisk)) if first_attempt else ()
-    kinds += ((FAKE_KILL_VARIABLE, FakeKill),)
-    return [fault(int(os.environ[name])) for name, fault in kinds if os.environ.get(name)]

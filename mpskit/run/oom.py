@@ -58,11 +58,3 @@ def recognise(error: BaseException) -> OutOfMemory | None:
             return OutOfMemory("cpu", int(match["request"]) / 1024**3 if match else None)
         error = error.__cause__ or error.__context__
     return None
-
-
-def synthetic_error(step: int) -> RuntimeError:
-    """What MPS raises, for the test-only switch MPSKIT_FAKE_OOM_AT_STEP."""
-    return RuntimeError(
-        "MPS backend out of memory (MPS allocated: 8.93 GB, other allocations: 1.53 GB, max allowed: 12.48 GB). "
-        f"Tried to allocate 256.00 MB on private pool. (synthetic, raised by MPSKIT_FAKE_OOM_AT_STEP at step {step})"
-    )

@@ -1,0 +1,103 @@
+"""Test-only faults, injected where mpskit hands its callbacks to LLaMA-Factory (`lf.run`): out of
+memory, a full disk and a kill at a chosen step, asked for by the test's environment. Nothing in
+mpskit/ knows of them. Every interpreter the tests start loads this module (sitecustomize.py here,
+with this folder on PYTHONPATH; tests/warm.py preloads it in its server), and so does the test
+process itself (conftest.py).
+
+- MPSKIT_FAKE_OOM_AT_STEP=N: MPS's out-of-memory error during step N, in a run's first attempt only
+  (the next one is the recovery), so the fallback ladder and its resume run end to end on a CPU;
+- MPSKIT_FAKE_FULL_DISK_AT_STEP=N: the checkpoint save of step N cut short the way a full disk cuts it
+  (a partial file in .saving/, then ENOSPC), in the first attempt only;
+- MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP=N: SIGKILL as soon as the checkpoint of step N is saved, in
+  whichever attempt reaches it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+OOM_VARIABLE = "MPSKIT_FAKE_OOM_AT_STEP"
+FULL_DISK_VARIABLE = "MPSKIT_FAKE_FULL_DISK_AT_STEP"
+KILL_VARIABLE = "MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP"
+
+
+def synthetic_error(step: int) -> RuntimeError:
+    """What MPS raises when it runs out of memory (mpskit's run/oom.py reads its figures)."""
+    return RuntimeError(
+        "MPS backend out of memory (MPS allocated: 8.93 GB, other allocations: 1.53 GB, max allowed: 12.48 GB). "
+        f"Tried to allocate 256.00 MB on private pool. (synthetic, raised by {OOM_VARIABLE} at step {step})"
+    )
+
+
+class FakeOutOfMemory(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step + 1 == self.step:
+            raise synthetic_error(self.step)
+        return control
+
+
+class FakeFullDisk(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            partial = os.path.join(args.output_dir, ".saving", f"checkpoint-{self.step}")
+            os.makedirs(partial, exist_ok=True)
+            with open(os.path.join(partial, "adapter_model.safetensors"), "wb") as file:
+                file.write(b"\0" * 64)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), partial)
+        return control
+
+
+class FakeKill(TrainerCallback):
+    """At the last step: the moment between the last checkpoint and the record of the end."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return control
+
+
+_attempts_here = 0  # training attempts this process has started
+
+
+def faults_for(args: dict) -> list[TrainerCallback]:
+    """The faults the environment asks for, for the attempt about to train with ARGS."""
+    global _attempts_here
+    _attempts_here += 1
+    record = Path(args["output_dir"]) / "mpskit.json"
+    first = _attempts_here == 1 and not (record.is_file() and json.loads(record.read_text())["attempts"])
+    kinds = ((OOM_VARIABLE, FakeOutOfMemory), (FULL_DISK_VARIABLE, FakeFullDisk)) if first else ()
+    kinds += ((KILL_VARIABLE, FakeKill),)
+    return [fault(int(os.environ[name])) for name, fault in kinds if os.environ.get(name)]
+
+
+def install() -> None:
+    """mpskit's `lf.run` with the faults added to the callbacks it is given (once per process)."""
+    from mpskit.engine import lf
+
+    if getattr(lf.run, "with_faults", False):
+        return
+    plain = lf.run
+
+    def run_with_faults(args: dict, callbacks: list | None = None) -> dict:
+        return plain(args, callbacks=[*(callbacks or []), *faults_for(args)])
+
+    run_with_faults.with_faults = True
+    lf.run = run_with_faults
+
+
+install()
