@@ -3,8 +3,11 @@ llamafactory.yaml, LLaMA-Factory's trainer_log.jsonl, all_results.json and check
 the `latest` link beside it. No torch import.
 
 `RunDir` owns these files: a module that needs one asks the RunDir it was given; nothing else reads or
-writes them (a test checks). The record's fields are written down once, as `RunRecord` and its
-sections (`Attempt`, `Memory`, `Duration`, `Ladder`).
+writes them (a test checks). The other files of a run are written by the module that makes them, into
+the folder RunDir made: the plots (run/plots.py), train.log (run/quiet.py), rank-N.json of a
+several-process run (run/attempts.py), and the evaluations (tools/evaluate.py, into RunDir.new_folder).
+The record's fields are written down once, as `RunRecord` and its sections (`Attempt`, `Memory`,
+`Duration`, `Ladder`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
 """The package's rooms and the import rules their docstrings state: each module imports only from its
-own floor and the floors below it (function-level imports included), and no module is left outside a
-room but the shared ones at the bottom and the command line on top."""
+own floor and the floors below it (function-level imports included), torch and the libraries that load
+it only at module level where the room's docstring names the module, and no module is left outside a
+room but the shared ones at the bottom and the command line on top. The tests' own fault switches live
+in the tests."""
 
 import ast
 import importlib
+import re
 
 from conftest import ROOT
 
@@ -74,3 +77,49 @@ def test_each_room_says_what_it_owns_and_may_import():
         for name in rooms:
             docstring = importlib.import_module(name).__doc__ or ""
             assert "May import:" in docstring, name
+
+
+# Importing any of these loads torch.
+TORCH_LOADERS = {"torch", "transformers", "peft", "trl", "llamafactory", "accelerate", "bitsandbytes"}
+
+
+def loads_torch_at_module_level(tree: ast.Module) -> bool:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return bool(names & TORCH_LOADERS)
+
+
+def test_torch_loads_at_module_level_only_where_the_room_says():
+    """Each room's docstring has a `Torch:` line: "none at module level", "at module level" (any of its
+    modules) or "at module level in A, B and C" (those modules only). The command line and the shared
+    modules at the bottom load none."""
+    found = modules()
+    allowed, named = {}, {}
+    for rooms in FLOORS[1:-1]:
+        for name in rooms:
+            docstring = importlib.import_module(name).__doc__ or ""
+            [line] = [line for line in docstring.split("\n\n") if line.startswith("Torch:")]
+            line = " ".join(line.split())
+            if line.startswith("Torch: none at module level"):
+                allowed[name] = set()
+            elif match := re.match(r"Torch: at module level in (.+?) \(", line):
+                named[name] = allowed[name] = {f"{name}.{module}" for module in re.split(r", | and ", match[1])}
+            else:
+                assert line.startswith("Torch: at module level"), (name, line)
+                allowed[name] = {module for module in found if room(module) == name}
+    loading = {name for name, tree in found.items() if loads_torch_at_module_level(tree)}
+    assert loading - set().union(*allowed.values()) == set()
+    assert set().union(*named.values()) - loading == set()  # a docstring that names a module is right about it
+
+
+def test_nothing_in_the_package_reads_the_tests_fault_switches():
+    switches = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "mpskit").rglob("*.py")
+        if "MPSKIT_FAKE_" in path.read_text(encoding="utf-8")
+    ]
+    assert switches == []

@@ -1,5 +1,8 @@
 """What a run needs and how long it takes: the memory model, the budget, the planner, the duration,
-what `mpskit plan` prints, and the measured steps behind them (probe, measure). No torch.
+what `mpskit plan` prints, and the measured steps behind them (probe, measure; each trains in a
+process of its own).
+
+Torch: none at module level.
 
 May import: mpskit.errors, mpskit.stages, mpskit.rundir, mpskit.inputs, and this package.
 """

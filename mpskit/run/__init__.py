@@ -2,6 +2,9 @@
 disk, records), the callbacks that stop cleanly, the memory monitor, the progress line, keeping the Mac
 awake, and the plots a run leaves.
 
+Torch: at module level in callbacks, monitor and progress (TrainerCallbacks), which an attempt
+imports once the engine is imported.
+
 May import: mpskit.errors, mpskit.stages, mpskit.rundir, mpskit.inputs, mpskit.plan, mpskit.engine,
 and this package.
 """
