@@ -121,13 +121,12 @@ def plan_run(run: ResolvedRun) -> Plan:
     model = str(run.args["model_name_or_path"])
     dims = model_dims(run.model_dims, model, run.args.get("model_revision"))
     lengths, why = data_lengths(run.args, run.stage, tokenizer_dir(model, run.args.get("model_revision")))
-    result = _plan_on(run, run.hardware, run.device, dims, lengths)
-    result.lengths_note = why
-    if not result.fits:
-        args = _args_on(run, run.hardware, run.device)
-        result.would_fit += what_would_fit(result, args, run.hardware, _pinned(run))
-        result.would_fit += _fits_elsewhere(run, dims, lengths)
-    return result
+    result = _plan_on(run, run.hardware, run.device, dims, lengths, why)
+    if result.fits:
+        return result
+    args = _args_on(run, run.hardware, run.device)
+    hints = what_would_fit(result, args, run.hardware, _pinned(run)) + _fits_elsewhere(run, dims, lengths)
+    return replace(result, would_fit=tuple(hints))
 
 
 def plan_duration(run: ResolvedRun, result: Plan) -> RunDuration | None:
@@ -148,7 +147,9 @@ def _pinned(run: ResolvedRun) -> set[str]:
     return run.pinned | ({"quantization_bit"} if run.oom_ladder == "keep" else set())
 
 
-def _plan_on(run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims, lengths: DataLengths | None) -> Plan:
+def _plan_on(
+    run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims, lengths: DataLengths | None, lengths_note: str = ""
+) -> Plan:
     return plan(
         run.stage,
         _args_on(run, hw, device),
@@ -161,6 +162,7 @@ def _plan_on(run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims, lengt
         world_size=run.world_size,
         processes_per_node=run.processes[0],
         lengths=lengths,
+        lengths_note=lengths_note,
     )
 
 

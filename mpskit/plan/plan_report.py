@@ -61,7 +61,7 @@ def plan_lines(
         for option in plan.alternatives:
             lines.append(f"  {_alternative(option, plan)}")
     if not plan.fits:
-        lines += [f"would fit  {note}" for note in plan.would_fit]
+        lines += [f"would fit  {note}" for note in (plan.over_budget, *plan.would_fit)]
     if duration:
         lines += duration_lines(duration, probe, lengths_line(plan, shown.knobs.cutoff_len))
     return lines
@@ -157,8 +157,8 @@ def plan_as_dict(run: ResolvedRun, plan: Plan, duration: RunDuration | None = No
         "asked": option(plan.asked),
         "chosen": option(plan.chosen),
         "alternatives": [option(o) for o in plan.alternatives],
-        "changes": plan.changes,
-        "would_fit": plan.would_fit,
+        "changes": list(plan.changes),
+        "would_fit": [plan.over_budget, *plan.would_fit] if plan.over_budget else [],
         "duration": duration.as_dict() if duration else None,
         "lengths": plan.lengths.as_dict((plan.chosen or plan.asked).knobs.cutoff_len) if plan.lengths else None,
         "lengths_note": plan.lengths_note,

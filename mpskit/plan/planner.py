@@ -13,7 +13,7 @@ No torch import.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported
 from mpskit.inputs.knobs import (
@@ -42,19 +42,23 @@ class Option:
     speed: float  # predicted tokens per second
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """What the planner decided, whole: the readers (advice, plan_report, checks) never change it;
+    advice.plan_run makes the one with its hints from it."""
+
     stage: str
     device: str
     dims: ModelDims
     budget: Budget
     asked: Option
     chosen: Option | None
-    alternatives: list[Option] = field(default_factory=list)
-    changes: list[str] = field(default_factory=list)
-    would_fit: list[str] = field(default_factory=list)  # when nothing fits: by how much, and what would
+    alternatives: tuple[Option, ...] = ()
+    changes: tuple[str, ...] = ()
+    over_budget: str = ""  # when nothing fits: by how much
+    would_fit: tuple[str, ...] = ()  # when nothing fits: what would (advice.py)
     effective_batch: int = 1
-    free: set[str] = field(default_factory=set)  # the knobs the search could move
+    free: frozenset[str] = frozenset()  # the knobs the search could move
     smallest: Option | None = None  # when nothing fits: the setting that needs the least
     throughput: Throughput | None = None  # the figures behind every option's speed
     lengths: DataLengths | None = None  # the training rows' token lengths; None: every row at cutoff_len
@@ -139,11 +143,12 @@ def plan(
     world_size: int = 1,
     processes_per_node: int = 1,
     lengths: DataLengths | None = None,
+    lengths_note: str = "",
 ) -> Plan:
     """The fastest setting of the free knobs that fits, from the estimate alone: no file or package
     look-ups. Memory is planned at the longest batch the data's `lengths` can make, speed at their
-    average (both at cutoff_len where they are unknown). When nothing fits, `would_fit` says by how
-    much; advice.py says what would."""
+    average (both at cutoff_len where they are unknown; LENGTHS_NOTE says why). When nothing fits,
+    `over_budget` says by how much; advice.py says what would."""
     asked = from_args(args, world_size)
     effective = effective_batch(args)
     half_is_fast = device != "mps" or bf16_is_fast(hw)
@@ -164,25 +169,22 @@ def plan(
     fitting = [o for o in options if o.estimate.training <= limit]
     fitting.sort(key=preference, reverse=True)
     chosen = fitting[0] if fitting else None
-    result = Plan(stage, device, dims, budget, asked_option, chosen, effective_batch=effective, throughput=speed,
-                  lengths=lengths)  # fmt: skip
-    result.free = free
+    common = {"effective_batch": effective, "free": frozenset(free), "throughput": speed, "lengths": lengths,
+              "lengths_note": lengths_note}  # fmt: skip
     if fitting:
-        result.alternatives = _alternatives(fitting)
         share_cut = lengths.share_cut(chosen.knobs.cutoff_len) if lengths else None
-        result.changes = changes(asked, chosen.knobs, effective, floor, share_cut)
-    else:
-        result.smallest = min(options, key=lambda o: o.estimate.training)
-        over = (result.smallest.estimate.training - limit) / GB
-        needs = result.smallest.estimate.training / GB
-        result.would_fit = [
-            f"the smallest setting needs {needs:.2f} GB, {over:.2f} GB over the budget's {limit / GB:.2f} GB that "
-            f"the planner fills ({1 - SAFETY_MARGIN:.0%}: it keeps {SAFETY_MARGIN:.0%} spare for what no estimate sees)"
-        ]
-    return result
+        return Plan(stage, device, dims, budget, asked_option, chosen, alternatives=_alternatives(fitting),
+                    changes=tuple(changes(asked, chosen.knobs, effective, floor, share_cut)), **common)  # fmt: skip
+    smallest = min(options, key=lambda o: o.estimate.training)
+    needs, over = smallest.estimate.training / GB, (smallest.estimate.training - limit) / GB
+    over_budget = (
+        f"the smallest setting needs {needs:.2f} GB, {over:.2f} GB over the budget's {limit / GB:.2f} GB that "
+        f"the planner fills ({1 - SAFETY_MARGIN:.0%}: it keeps {SAFETY_MARGIN:.0%} spare for what no estimate sees)"
+    )
+    return Plan(stage, device, dims, budget, asked_option, None, smallest=smallest, over_budget=over_budget, **common)
 
 
-def _alternatives(fitting: list[Option], count: int = 3) -> list[Option]:
+def _alternatives(fitting: list[Option], count: int = 3) -> tuple[Option, ...]:
     """The next best settings that differ in a speed knob from the chosen one."""
     best = fitting[0]
     same_quality = [
@@ -191,4 +193,4 @@ def _alternatives(fitting: list[Option], count: int = 3) -> list[Option]:
         if (o.knobs.cutoff_len, o.knobs.lora_rank) == (best.knobs.cutoff_len, best.knobs.lora_rank)
     ]
     same_quality.sort(key=lambda o: o.speed, reverse=True)
-    return same_quality[:count]
+    return tuple(same_quality[:count])

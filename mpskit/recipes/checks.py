@@ -51,7 +51,7 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
         raise MpskitError(
             f"no setting fits: the run needs about {need:.1f} GB, the budget is "
             f"{memory_plan.budget.training_bytes / GB:.1f} GB ({memory_plan.budget.why})",
-            "what would fit: " + "; ".join(memory_plan.would_fit[1:]) + " (see `mpskit plan`)",
+            "what would fit: " + "; ".join(memory_plan.would_fit) + " (see `mpskit plan`)",
         )
     return planned, memory_plan
 

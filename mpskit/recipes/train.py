@@ -126,7 +126,7 @@ def memory_record(memory_plan: planner.Plan | None) -> Memory:
         longest_batch=memory_plan.longest_batch(chosen),
         budget_gb=round(memory_plan.budget.training_bytes / GB, 3),
         budget=memory_plan.budget.why,
-        planner_changes=memory_plan.changes,
+        planner_changes=list(memory_plan.changes),
     )
 
 
