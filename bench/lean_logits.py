@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mpskit.plan.duration import steady_step_s  # noqa: E402
 from mpskit.plan.measure import OFFLINE, fresh_process_env, write_long_data  # noqa: E402
 
 QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
@@ -77,9 +78,8 @@ def one_run(yaml_file: Path, arm: str, device: str, out: Path, bench: str = __fi
 def write_measured(monitor, out: str) -> None:
     """A worker's result: training memory, the median step after the first, the logged losses."""
     measured = monitor.stop()
-    steps = measured["step_seconds"][1:] or measured["step_seconds"]
     logged = [json.loads(line) for line in (Path(out) / "trainer_log.jsonl").read_text().splitlines()]
-    result = {"training_gb": measured["training_gb"], "step_s": statistics.median(steps),
+    result = {"training_gb": measured.training_gb, "step_s": steady_step_s(measured.step_seconds),
               "losses": [row["loss"] for row in logged if "loss" in row]}  # fmt: skip
     (Path(out) / "measured.json").write_text(json.dumps(result))
 

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mpskit.errors import MpskitError  # noqa: E402
+from mpskit.plan.duration import steady_step_s  # noqa: E402
 from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
 from mpskit.plan.memory import QUANTIZED_BYTES  # noqa: E402
 from mpskit.rundir import RunDir  # noqa: E402
@@ -93,7 +94,6 @@ def run_case(model: Path, data: Path, out: Path, extra: list[str], env: dict[str
     train_in_fresh_process(words, f"bench run {extra or '16-bit'}", f"see {out}", {**OFFLINE, **env})
     memory = RunDir.open(out).record.memory
     measured = memory.measured
-    steps = measured["step_seconds"][1:] or measured["step_seconds"]
     merged = out.parent / f"{out.name}-merged"
     exported = subprocess.run([sys.executable, "-c", EXPORT, str(out), str(merged)], capture_output=True, text=True,
                               env=fresh_process_env({**OFFLINE, **env}))  # fmt: skip
@@ -101,10 +101,10 @@ def run_case(model: Path, data: Path, out: Path, extra: list[str], env: dict[str
         raise MpskitError(f"export of {out} failed: {exported.stderr.strip()[-300:]}", f"run mpskit export {out}")
     merged_gb = sum(path.stat().st_size for path in merged.glob("*.safetensors")) / GIB
     return {
-        "training_gb": measured["training_gb"],
-        "loading_peak_gb": measured["loading_peak_gb"],
+        "training_gb": measured.training_gb,
+        "loading_peak_gb": measured.loading_peak_gb,
         "loading_estimate_gb": memory.predicted.get("loading_gb"),
-        "step_s": statistics.median(steps),
+        "step_s": steady_step_s(measured.step_seconds),
         "export_peak_x": json.loads(exported.stdout.strip().splitlines()[-1])["export_peak_gb"] / merged_gb,
     }
 

@@ -46,6 +46,25 @@ FINISHED = "finished"
 
 
 @dataclass
+class Measured:
+    """What the memory monitor measured in one attempt (run/monitor.py): GB above the process before any
+    model loaded (baseline_gb), and seconds."""
+
+    device: str = ""
+    baseline_gb: float = 0.0
+    held_before_gb: float = 0.0  # what the attempt began on: what earlier attempts left in the process
+    peak_gb: float = 0.0  # the process's own
+    training_gb: float = 0.0  # the peak above the baseline: "peak train memory", the plan's figure
+    loaded_gb: float = 0.0  # after the model loaded, before the first step
+    loading_peak_gb: float = 0.0  # the highest until then
+    step_seconds: list[float] = field(default_factory=list)  # each optimizer step's wall time
+    train_began_s: float | None = None  # seconds since the monitor started
+    eval_spans_s: list[list[float]] = field(default_factory=list)  # [begin, end] of each evaluation
+    samples_gb: list[list[float]] = field(default_factory=list)  # [seconds, GB], at most 300, for memory.png
+    other_keys: dict = field(default_factory=dict)
+
+
+@dataclass
 class Attempt:
     """One training attempt in a run folder, however it ended."""
 
@@ -53,13 +72,16 @@ class Attempt:
     knobs: dict = field(default_factory=dict)  # the memory knobs it trained with, as arguments
     resumed_from: str | None = None  # checkpoint-N, or None from step 0
     outcome: str = ""  # "finished", "stopped by SIGINT ...", "out of memory", "error: ..."
-    measured: dict = field(default_factory=dict)  # the memory monitor's figures and step times
+    measured: Measured | None = None  # None: it ended before the monitor started
     predicted_gb: float | None = None  # the plan's training memory at this attempt's knobs
     lean_logits: dict | None = None  # what each lean path did (lean_trainers.LeanPath.report)
     lean_attention: dict | None = None
     device_figures: dict | None = None  # out of memory: the device's own figures
     next_rung: str | None = None  # out of memory: what the ladder moved next
     other_keys: dict = field(default_factory=dict)  # keys this mpskit does not know (a newer one's): kept
+
+    def __post_init__(self) -> None:
+        self.measured = _measured(self.measured)
 
 
 @dataclass
@@ -74,9 +96,12 @@ class Memory:
     budget_gb: float | None = None
     budget: str = ""  # where the budget comes from
     planner_changes: list[str] = field(default_factory=list)
-    measured: dict = field(default_factory=dict)  # the latest attempt's monitor figures
+    measured: Measured | None = None  # the latest attempt's, without its samples
     error: float | None = None  # (predicted - measured) / measured training memory, of the latest attempt
     other_keys: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.measured = _measured(self.measured)
 
     @property
     def predicted_training_gb(self) -> float | None:
@@ -143,6 +168,11 @@ class RunRecord:
         self.duration = _typed(Duration, self.duration)
         self.ladder = _typed(Ladder, self.ladder) if self.ladder else None
         self.attempts = [_typed(Attempt, entry) for entry in self.attempts]
+
+
+def _measured(value: Measured | dict | None) -> Measured | None:
+    """A monitor's figures read from JSON ({} in a record from before they were typed: none)."""
+    return _typed(Measured, value) if value else None
 
 
 def _typed(cls: type, value: object):
@@ -327,8 +357,8 @@ def read_record(run_dir: Path) -> RunRecord:
     return RunRecord(**{key: value for key, value in data.items() if key in known}, other_keys=other)
 
 
-# Keys of the monitor's and the plan's figures (Memory.measured, .predicted, Attempt.measured) that
-# readers do arithmetic with: a number, or numbers in a list (of numbers or of pairs) or a mapping.
+# Keys of the plan's figures (Memory.predicted) that readers do arithmetic with: a number, or numbers
+# in a list (of numbers or of pairs) or a mapping. (The monitor's are typed: Measured.)
 FIGURE_SUFFIXES = ("_gb", "_s", "_seconds")
 
 
@@ -354,7 +384,7 @@ def _damage(data: dict, cls: type, where: str) -> str | None:
             for number, entry in enumerate(value, start=1):
                 if damage := _damage(entry, Attempt, f"{name}[{number}]."):
                     return damage
-        if item.name in ("measured", "predicted") and (damage := _figure_damage(value, name)):
+        if item.name == "predicted" and (damage := _figure_damage(value, name)):
             return damage
     return None
 

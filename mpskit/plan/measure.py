@@ -141,13 +141,13 @@ def measure(
     tokens_per_step = sequences_per_step(case.stage, case.batch) * case.accumulation * case.cutoff_len
     return {
         "estimate_gb": memory.predicted_training_gb,
-        "measured_gb": measured["training_gb"],
+        "measured_gb": measured.training_gb,
         "error": memory.error,
         "parts_gb": memory.predicted["parts_gb"],
-        "baseline_gb": measured["baseline_gb"],
-        "loaded_gb": measured["loaded_gb"],
-        "loading_peak_gb": measured["loading_peak_gb"],
+        "baseline_gb": measured.baseline_gb,
+        "loaded_gb": measured.loaded_gb,
+        "loading_peak_gb": measured.loading_peak_gb,
         "loading_estimate_gb": memory.predicted.get("loading_gb"),
-        "tokens_per_second": tokens_per_step / steady_step_s(steps) if (steps := measured["step_seconds"]) else None,
+        "tokens_per_second": tokens_per_step / steady_step_s(steps) if (steps := measured.step_seconds) else None,
         "seconds": round(time.perf_counter() - started, 1),
     }

@@ -76,5 +76,5 @@ def probe(words: list[str], plan: Plan, world_size: int = 1) -> Probe:
     fix = "run `mpskit train` with the same words to see the whole message"
     train_in_fresh_process([*words, *overrides, f"output_dir={out}"], "the probe", fix)
     wall_s = time.perf_counter() - started
-    step_seconds = RunDir.open(out).record.memory.measured["step_seconds"]
+    step_seconds = RunDir.open(out).record.memory.measured.step_seconds
     return Probe(step_seconds, max(wall_s - sum(step_seconds), 0.0))

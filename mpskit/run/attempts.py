@@ -53,11 +53,11 @@ def _record_attempt(run: RunDir, attempt: Attempt) -> None:
             return
     measured, memory = attempt.measured, run.record.memory
     if measured:
-        memory.measured = {key: value for key, value in measured.items() if key != "samples_gb"}  # kept per attempt
+        memory.measured = dataclasses.replace(measured, samples_gb=[])  # the samples are kept per attempt
         predicted = memory.predicted_training_gb
-        if predicted and measured["training_gb"] > 0:
-            memory.error = round((predicted - measured["training_gb"]) / measured["training_gb"], 4)
-        _add_measured_time(run.record.duration, measured["step_seconds"], attempt.outcome == FINISHED)
+        if predicted and measured.training_gb > 0:
+            memory.error = round((predicted - measured.training_gb) / measured.training_gb, 4)
+        _add_measured_time(run.record.duration, measured.step_seconds, attempt.outcome == FINISHED)
     run.add_attempt(attempt)
     if measured:
         title = run_title(run.record)
@@ -195,7 +195,7 @@ def _point_latest(run: RunDir) -> None:
 
 def _with_measured(attempt: Attempt, monitor) -> Attempt:
     """The attempt with the monitor's figures; none when it stopped before the monitor started."""
-    attempt.measured = monitor.stop() if monitor else {}
+    attempt.measured = monitor.stop() if monitor else None
     return attempt
 
 

@@ -21,6 +21,8 @@ import time
 import psutil
 from transformers import TrainerCallback
 
+from mpskit.rundir import Measured
+
 GB = 1024**3
 
 
@@ -136,24 +138,24 @@ class MemoryMonitor(TrainerCallback):
         self.step_ends.append(time.perf_counter())
         return control
 
-    def stop(self) -> dict:
+    def stop(self) -> Measured:
         """Stop sampling; the measured figures in GB."""
         self._stop.set()
         self._thread.join()
         self.update_exact_peak()
-        return {
-            "device": self.device,
-            "baseline_gb": round(self.baseline / GB, 4),
-            "held_before_gb": round(max(self.held_before, 0) / GB, 4),
-            "peak_gb": round(self.peak / GB, 4),
-            "training_gb": round((self.peak - self.baseline) / GB, 4),
-            "loaded_gb": round((self.loaded - self.baseline) / GB, 4),
-            "loading_peak_gb": round((self.loading_peak - self.baseline) / GB, 4),
-            "step_seconds": [round(b - a, 4) for a, b in itertools.pairwise(self.step_ends)],
-            "train_began_s": None if self.train_began_s is None else round(self.train_began_s, 2),
-            "eval_spans_s": self.eval_spans_s,
-            "samples_gb": self.kept_samples(),
-        }
+        return Measured(
+            device=self.device,
+            baseline_gb=round(self.baseline / GB, 4),
+            held_before_gb=round(max(self.held_before, 0) / GB, 4),
+            peak_gb=round(self.peak / GB, 4),
+            training_gb=round((self.peak - self.baseline) / GB, 4),
+            loaded_gb=round((self.loaded - self.baseline) / GB, 4),
+            loading_peak_gb=round((self.loading_peak - self.baseline) / GB, 4),
+            step_seconds=[round(b - a, 4) for a, b in itertools.pairwise(self.step_ends)],
+            train_began_s=None if self.train_began_s is None else round(self.train_began_s, 2),
+            eval_spans_s=[list(span) for span in self.eval_spans_s],
+            samples_gb=self.kept_samples(),
+        )
 
     def kept_samples(self, points: int = 300) -> list[list[float]]:
         """[seconds, GB above the baseline] for memory.png: the highest sample of each of at most

@@ -166,7 +166,7 @@ def plot_memory(run_dir: Path, attempts: list[Attempt], predicted_gb: float | No
     shaded grey, evaluations orange, a line where each attempt after the first begins; each attempt's
     plan (PREDICTED_GB for a record from before attempts kept theirs), and the budget where it is on
     the same scale."""
-    shown = [attempt for attempt in attempts if attempt.measured.get("samples_gb")]
+    shown = [attempt for attempt in attempts if attempt.measured and attempt.measured.samples_gb]
     if not shown:
         return None
     plt = _pyplot()
@@ -181,17 +181,17 @@ def plot_memory(run_dir: Path, attempts: list[Attempt], predicted_gb: float | No
     peak, plans = 0.0, []
     for attempt in shown:
         measured = attempt.measured
-        seconds = [offset + t for t, _ in measured["samples_gb"]]
-        values = [gb for _, gb in measured["samples_gb"]]
-        axis.plot(seconds, values, color="tab:blue", label=once(f"measured ({measured['device']})"))
-        peak = max(peak, measured["training_gb"])
+        seconds = [offset + t for t, _ in measured.samples_gb]
+        values = [gb for _, gb in measured.samples_gb]
+        axis.plot(seconds, values, color="tab:blue", label=once(f"measured ({measured.device})"))
+        peak = max(peak, measured.training_gb)
         if plan := attempt.predicted_gb or predicted_gb:
             axis.hlines(plan, seconds[0], seconds[-1], color="tab:orange", linestyle="--", linewidth=2,
                         label=once(f"plan {plan:.2f} GB"))  # fmt: skip
             plans.append(plan)
-        if measured.get("train_began_s") is not None:
-            axis.axvspan(offset, offset + measured["train_began_s"], color="0.88", label=once("loading"))
-        for begin, end in measured.get("eval_spans_s") or []:
+        if measured.train_began_s is not None:
+            axis.axvspan(offset, offset + measured.train_began_s, color="0.88", label=once("loading"))
+        for begin, end in measured.eval_spans_s:
             axis.axvspan(offset + begin, offset + end, color="tab:orange", alpha=0.25, label=once("evaluation"))
         if len(shown) > 1:
             where = f" from {attempt.resumed_from}" if attempt.resumed_from else ""

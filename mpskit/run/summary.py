@@ -37,7 +37,7 @@ def summary_lines(run: RunDir) -> list[str]:
         lines.append(f"held-out at the end | {held_out}")
     measured, predicted = record.memory.measured, record.memory.predicted_training_gb
     if measured:
-        memory = f"peak train memory {measured['training_gb']:.2f} GB"
+        memory = f"peak train memory {measured.training_gb:.2f} GB"
         lines.append(memory + (f" (plan {predicted:.2f} GB)" if predicted else ""))
     if not run.finished:  # the error or stop line that follows says how to go on
         newest = run.last_checkpoint()

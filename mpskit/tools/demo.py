@@ -51,7 +51,7 @@ def summarise(stage: str, run_dir: Path, wall_s: float) -> StageResult:
         stage=stage,
         final_loss=losses[-1] if losses else math.nan,
         held_out=held_out,
-        memory_gb=run.record.memory.measured.get("training_gb", math.nan),
+        memory_gb=run.record.memory.measured.training_gb if run.record.memory.measured else math.nan,
         predicted_gb=run.record.memory.predicted_training_gb,
         wall_s=wall_s,
         run_dir=run_dir,
