@@ -279,3 +279,18 @@ def test_the_dtype_rule_on_every_apple_profile(profile, model, cutoff):
     kept = {"cutoff_len": chosen.cutoff_len, "lora_rank": chosen.lora_rank, "quantization_bit": chosen.quantization_bit}
     fp32 = plan(run.stage, {**run.args, **kept}, hw, run.device, ModelDims(**run.model_dims), {"bf16", *kept})
     assert (chosen.dtype == "bf16") == (not fp32.fits), (chosen, fp32.chosen)
+
+
+def test_each_own_knob_has_one_default_and_the_readme_states_it():
+    """mpskit's own knobs default in one place (knobs.OWN_KEYS): the knobs of no setting and the
+    engine's switches both take it, and the README's key table says it."""
+    import re
+
+    from mpskit.inputs.knobs import OWN_KEYS, from_args, own_settings
+
+    readme = (ROOT / "README.md").read_text()
+    said = {key: re.search(rf"^\| `{key}` \| default (`true`|`false`|unset)", readme, re.M)[1] for key in OWN_KEYS}
+    assert said == {key: {True: "`true`", False: "`false`", None: "unset"}[value] for key, value in OWN_KEYS.items()}
+    assert own_settings({}) == OWN_KEYS
+    knobs = from_args({})
+    assert (knobs.lean_logits, knobs.lean_attention) == (OWN_KEYS["lean_logits"], OWN_KEYS["lean_attention"])

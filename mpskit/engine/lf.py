@@ -14,13 +14,14 @@ import importlib.util
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.inputs.knobs import OWN_KEYS, own_settings
 from mpskit.inputs.token_lengths import read_tokenizer
 from mpskit.rundir import args_text, write_atomic
 from mpskit.stages import stage_of
 
 # mpskit's own run keys for the lean paths: kept out of the written YAML, which must also run under
 # plain `llamafactory-cli train` (where LLaMA-Factory's own paths run), and recorded in mpskit.json.
-LEAN_KEYS = ("lean_logits", "lean_attention")
+LEAN_KEYS = tuple(OWN_KEYS)
 
 
 def known_keys() -> set[str]:
@@ -277,10 +278,11 @@ def run(args: dict, callbacks: list | None = None) -> dict:
 
     trainer_log.install()
     resumable.install()
-    args = dict(args)
     lean_stage = stage_of(args.get("stage")).lean
-    lean = lean_trainers.LeanPath(bool(args.pop("lean_logits", True)) and lean_stage)
-    attention = LeanAttention(bool(args.pop("lean_attention", False)) and lean_stage)
+    own = own_settings(args)  # auto lean attention runs only where the planner turned it on
+    args = {key: value for key, value in args.items() if key not in OWN_KEYS}
+    lean = lean_trainers.LeanPath(bool(own["lean_logits"]) and lean_stage)
+    attention = LeanAttention(bool(own["lean_attention"]) and lean_stage)
     is_foodpo = args.get("stage") == "foodpo"
     if is_foodpo:
         from mpskit.engine.foodpo import split_foodpo_args

@@ -53,6 +53,14 @@ KEYS = {
     "lean_attention": ("lean_attention",),
 }
 PLANNER_KEYS = tuple(key for keys in KEYS.values() for key in keys)
+# mpskit's own knobs, each with its one default: the record's mpskit_args keep them, never the YAML
+# (llamafactory-cli would refuse them). lean_attention None: auto, the planner decides.
+OWN_KEYS = {"lean_logits": True, "lean_attention": None}
+
+
+def own_settings(args: dict) -> dict:
+    """mpskit's own knobs as ARGS give them, each defaulted from OWN_KEYS."""
+    return {key: args.get(key, default) for key, default in OWN_KEYS.items()}
 ATTENTION = {"disabled": "eager", "fa2": "fa2"}  # flash_attn value -> Knobs.attention; anything else: sdpa
 DEFAULT_OPTIM = "adamw_torch"
 DEFAULT_BATCH = 8  # transformers' per_device_train_batch_size when a run file leaves it out
@@ -105,7 +113,8 @@ def zero_stage_of(path: str | None) -> int:
 
 
 def from_args(args: dict, world_size: int = 1) -> Knobs:
-    """The knobs a set of LLaMA-Factory arguments asks for."""
+    """The knobs a set of LLaMA-Factory arguments (and mpskit's own knobs) asks for."""
+    own = own_settings(args)
     return Knobs(
         batch=micro_batch(args),
         cutoff_len=int(args.get("cutoff_len", 2048)),
@@ -118,8 +127,8 @@ def from_args(args: dict, world_size: int = 1) -> Knobs:
         optim=str(args.get("optim") or DEFAULT_OPTIM),
         zero_stage=zero_stage_of(args.get("deepspeed")),
         world_size=world_size,
-        lean_logits=bool(args.get("lean_logits", True)),  # auto: on wherever it applies
-        lean_attention=None if args.get("lean_attention") is None else bool(args["lean_attention"]),
+        lean_logits=bool(own["lean_logits"]),  # on wherever it applies
+        lean_attention=None if own["lean_attention"] is None else bool(own["lean_attention"]),
     )
 
 
