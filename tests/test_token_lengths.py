@@ -87,9 +87,9 @@ def test_a_large_set_is_sampled_and_its_longest_row_is_always_counted(tiny_model
     (data / "rows.json").write_text(json.dumps(rows))
     (data / "dataset_info.json").write_text(json.dumps({"rows": {"file_name": "rows.json"}}))
     lengths, _ = data_lengths({"dataset": "rows", "dataset_dir": str(data)}, "sft", tiny_model)
-    assert lengths.rows == 300 and len(lengths.tokens) < 300
-    assert lengths.source == f"token lengths of {len(lengths.tokens)} of 300 rows"
-    assert lengths.longest == max(lengths.tokens) > 2 * sorted(lengths.tokens)[-2]
+    assert lengths.rows == 300 and len(lengths.tokens) == 20  # the spread: the evenly spaced rows alone
+    assert lengths.source == "token lengths of 20 of 300 rows"
+    assert lengths.longest > 2 * max(lengths.tokens)  # row 137, not among them, is counted for the longest
 
 
 def test_what_the_lengths_say_under_a_cutoff():

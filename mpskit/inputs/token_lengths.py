@@ -5,8 +5,9 @@ The rows of each local JSON / JSON Lines training dataset are read through their
 entry (alpaca or sharegpt columns) and tokenized with the model's tokenizer.json by `tokenizers`
 (no torch, no transformers). The template's own tokens (role markers, a default system prompt) are
 counted once per conversation layout by rendering the tokenizer's chat template with empty turns.
-A set larger than SAMPLE_ROWS is sampled evenly, and the rows with the most characters are always
-tokenized as well, so the longest row (what memory is planned at) is not left to chance.
+A set larger than SAMPLE_ROWS is sampled evenly for the lengths' spread (the time), and the rows with
+the most characters are tokenized as well for the longest row (the memory), which is thus not left to
+chance; they do not weigh in the spread, which they would pull up.
 
 A length is what LLaMA-Factory's processors make of a row: the conversation with the longer of the
 two answers for a pair (chosen and rejected are padded to one length), before `cutoff_len` cuts it.
@@ -26,7 +27,7 @@ from mpskit.errors import MpskitError
 from mpskit.inputs.dataset_checks import read_rows
 from mpskit.stages import stage_of
 
-SAMPLE_ROWS = 2000  # rows tokenized from a larger set, evenly spaced
+SAMPLE_ROWS = 500  # rows tokenized from a larger set, evenly spaced: their mean is within a few %
 LONGEST_ROWS = 64  # the rows with the most characters, tokenized whatever the sample holds
 PAD_MULTIPLE = 8  # LLaMA-Factory's collators pad each batch to a multiple of 8 tokens
 TURN_TOKENS = 4  # a template's tokens per turn where the tokenizer has no chat template
@@ -104,8 +105,9 @@ def data_lengths(args: dict, stage: str, tokenizer_dir: Path | None) -> tuple[Da
     except Exception as err:  # noqa: BLE001 - the tokenizers library raises its own Exception type
         return None, f"cannot read {tokenizer_dir / 'tokenizer.json'} ({type(err).__name__})"
     total = len(conversations)
-    chosen = _sample(conversations)
+    evenly, longest_rows = _sample(conversations)
     template = _chat_template(tokenizer_dir)
+    chosen = evenly + longest_rows
     texts = [text for _, turns, answers in chosen for text in [*turns, *answers]]
     counts = iter([len(encoding.ids) for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)])
     tokens = []
@@ -113,8 +115,9 @@ def data_lengths(args: dict, stage: str, tokenizer_dir: Path | None) -> tuple[Da
         shared = sum(next(counts) for _ in turns)
         longer = max((next(counts) for _ in answers), default=0)
         tokens.append(_template_tokens(tokenizer, template, roles) + shared + longer)
-    source = f"all {total} rows" if len(chosen) == total else f"{len(chosen)} of {total} rows"
-    return DataLengths(tuple(sorted(tokens)), total, max(tokens), f"token lengths of {source}"), ""
+    source = f"all {total} rows" if len(evenly) == total else f"{len(evenly)} of {total} rows"
+    spread = tuple(sorted(tokens[: len(evenly)]))
+    return DataLengths(spread, total, max(tokens), f"token lengths of {source}"), ""
 
 
 @functools.cache
@@ -182,15 +185,16 @@ def _conversation(entry: dict, row: dict, stage: str) -> Conversation | None:
     return roles, [str(text) for _, text in turns], [str(text) for text in answers]
 
 
-def _sample(conversations: list[Conversation]) -> list[Conversation]:
-    """SAMPLE_ROWS evenly spaced rows and the LONGEST_ROWS with the most characters."""
+def _sample(conversations: list[Conversation]) -> tuple[list[Conversation], list[Conversation]]:
+    """SAMPLE_ROWS evenly spaced rows (all of a smaller set), and the LONGEST_ROWS with the most
+    characters that are not among them."""
     if len(conversations) <= SAMPLE_ROWS:
-        return conversations
+        return conversations, []
     step = len(conversations) / SAMPLE_ROWS
-    picked = {int(i * step) for i in range(SAMPLE_ROWS)}
+    evenly = sorted({int(i * step) for i in range(SAMPLE_ROWS)})
     size = [sum(map(len, turns)) + max(map(len, answers), default=0) for _, turns, answers in conversations]
-    picked |= set(sorted(range(len(conversations)), key=size.__getitem__)[-LONGEST_ROWS:])
-    return [conversations[i] for i in sorted(picked)]
+    longest = set(sorted(range(len(conversations)), key=size.__getitem__)[-LONGEST_ROWS:]) - set(evenly)
+    return [conversations[i] for i in evenly], [conversations[i] for i in sorted(longest)]
 
 
 def _chat_template(tokenizer_dir: Path) -> str | None:
