@@ -49,7 +49,8 @@ class ProgressLine(TrainerCallback):
             entry.update(figures)
             self._say(state, progress_text(state.global_step, state.max_steps, entry, figures))
         elif "eval_loss" in entry:
-            text = f"mpskit: step {state.global_step}/{state.max_steps} held-out | {eval_text(entry)}"
+            head = f"mpskit: step {state.global_step}/{state.max_steps} held-out | "
+            text = head + eval_text(entry, shutil.get_terminal_size().columns - len(head))
             if text != self.last_eval:  # the evaluation after the last step may repeat the one at it
                 self._say(state, text)
             self.last_eval = text

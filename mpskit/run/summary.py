@@ -5,6 +5,7 @@ trainer_log.jsonl, all_results.json), so a resumed or relaunched run ends the sa
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -32,9 +33,10 @@ def summary_lines(run: RunDir) -> list[str]:
             f", loss {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f}"
             f" (lowest {best['loss']:.4f} at step {best['current_steps']})"
         )
-    held_out = eval_text(run.results())
+    head = "held-out at the end | "
+    held_out = eval_text(run.results(), shutil.get_terminal_size().columns - len(f"mpskit: {head}"))
     if held_out:
-        lines.append(f"held-out at the end | {held_out}")
+        lines.append(head + held_out)
     measured, predicted = record.memory.measured, record.memory.predicted_training_gb
     if measured:
         memory = f"peak train memory {measured.training_gb:.2f} GB"
@@ -69,11 +71,15 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {rest} s" if minutes else f"{seconds:.1f} s"
 
 
-HELD_OUT_SHOWN = ("eval_loss", "eval_accuracy", "eval_rewards/accuracies", "eval_rewards/margins", "eval_dynamic_beta")
+# An evaluation's figures on screen, in the order they are dropped last to first to fit the line.
+HELD_OUT_SHOWN = {"eval_loss": "loss", "eval_accuracy": "accuracy", "eval_rewards/accuracies": "reward accuracy",
+                  "eval_rewards/margins": "margin", "eval_dynamic_beta": "beta"}  # fmt: skip
 
 
-def eval_text(metrics: dict) -> str:
-    """An evaluation's main figures: `loss 0.3362 | rewards/accuracies 1.0000 | rewards/margins 0.9311`
-    (the rest are in trainer_log.jsonl and all_results.json)."""
-    shown = [(key, metrics[key]) for key in HELD_OUT_SHOWN if key in metrics]
-    return " | ".join(f"{key.removeprefix('eval_')} {value:.4f}" for key, value in shown)
+def eval_text(metrics: dict, room: int | None = None) -> str:
+    """An evaluation's main figures, `loss 0.3362 | reward accuracy 1.0000 | margin 0.9311`, in ROOM
+    columns where given (never without the loss); trainer_log.jsonl and all_results.json keep all."""
+    shown = [f"{label} {metrics[key]:.4f}" for key, label in HELD_OUT_SHOWN.items() if key in metrics]
+    while room and len(shown) > 1 and len(" | ".join(shown)) > room:
+        shown.pop()
+    return " | ".join(shown)
