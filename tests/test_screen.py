@@ -160,8 +160,8 @@ def test_an_evaluations_line_drops_beta_then_the_margin_to_fit_and_never_the_los
 
     foodpo = {"eval_loss": 0.6793, "eval_rewards/accuracies": 1.0, "eval_rewards/margins": 0.33,
               "eval_dynamic_beta": 0.0283, "eval_rewards/chosen": 0.1}  # fmt: skip
-    assert eval_text(foodpo) == "loss 0.6793 | reward accuracy 1.0000 | margin 0.3300 | beta 0.0283"
+    assert eval_text(foodpo) == "loss 0.6793 | accuracy 1.0000 | margin 0.3300 | beta 0.0283"
     head = "mpskit: step 60/60 held-out | "
     assert len(head + eval_text(foodpo, 80 - len(head))) <= 80
-    assert eval_text(foodpo, 80 - len(head)) == "loss 0.6793 | reward accuracy 1.0000 | margin 0.3300"
+    assert eval_text(foodpo, 80 - len(head)) == "loss 0.6793 | accuracy 1.0000 | margin 0.3300"
     assert eval_text(foodpo, 5) == "loss 0.6793"

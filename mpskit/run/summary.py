@@ -72,12 +72,12 @@ def _duration(seconds: float) -> str:
 
 
 # An evaluation's figures on screen, in the order they are dropped last to first to fit the line.
-HELD_OUT_SHOWN = {"eval_loss": "loss", "eval_accuracy": "accuracy", "eval_rewards/accuracies": "reward accuracy",
+HELD_OUT_SHOWN = {"eval_loss": "loss", "eval_accuracy": "token accuracy", "eval_rewards/accuracies": "accuracy",
                   "eval_rewards/margins": "margin", "eval_dynamic_beta": "beta"}  # fmt: skip
 
 
 def eval_text(metrics: dict, room: int | None = None) -> str:
-    """An evaluation's main figures, `loss 0.3362 | reward accuracy 1.0000 | margin 0.9311`, in ROOM
+    """An evaluation's main figures, `loss 0.3362 | accuracy 1.0000 | margin 0.9311`, in ROOM
     columns where given (never without the loss); trainer_log.jsonl and all_results.json keep all."""
     shown = [f"{label} {metrics[key]:.4f}" for key, label in HELD_OUT_SHOWN.items() if key in metrics]
     while room and len(shown) > 1 and len(" | ".join(shown)) > room:
