@@ -208,7 +208,7 @@ def _pair(prompt: list[dict], chosen: str, rejected: str) -> dict:
 
 
 def _answer(turns: list) -> str:
-    if not _messages(turns) or turns[-1]["role"] != "assistant":
+    if not _messages(turns) or not _ends_on_assistant(turns):
         raise _BadRow("a conversation that does not end on the assistant")
     return turns[-1]["content"]
 
