@@ -257,7 +257,7 @@ def writing(path: Path, what: str, doing: str) -> Iterator[None]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = _open_lock(lock, path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -278,6 +278,17 @@ def writing(path: Path, what: str, doing: str) -> Iterator[None]:
     finally:
         lock.unlink(missing_ok=True)
         os.close(fd)
+
+
+def _open_lock(lock: Path, path: Path) -> int:
+    try:
+        return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        if err.errno not in (errno.EISDIR, errno.ELOOP):
+            raise
+        what = "a folder" if err.errno == errno.EISDIR else "a link"
+        problem = f"cannot write {path}: {lock} is {what}, not mpskit's lock file"
+        raise MpskitError(problem, f"move {lock} away") from None
 
 
 def _same_file(fd: int, path: Path) -> bool:

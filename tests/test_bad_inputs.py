@@ -61,6 +61,8 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("linked_run/llamafactory.yaml", "stage: sft\n")
     (work / "linked_run" / "trainer_log.jsonl").symlink_to(work / "elsewhere.jsonl")  # LLaMA-Factory appends there
     (work / "not_a_run").mkdir()
+    (work / ".held.yaml.lock").mkdir()  # where config -o held.yaml would take its lock
+    (work / ".linked.yaml.lock").symlink_to(work / "a_file")
     no_type = shutil.copytree(model, work / "no_type_model") / "config.json"
     no_type.write_text(json.dumps({k: v for k, v in json.loads(no_type.read_text()).items() if k != "model_type"}))
     cut = shutil.copytree(model, work / "cut_model") / "model.safetensors"  # a copy cut short
@@ -520,6 +522,10 @@ FILE_SYSTEM_CASES = [
     ("config below a file", ["config", "BASE", "-o", "{w}/a_file/x.yaml"], ["a part of it is a file, not a folder"]),
     ("config under /proc", ["config", "BASE", "-o", "/proc/mpskit.yaml"], ["cannot write /proc/mpskit.yaml"]),
     ("export -o a dangling link", ["export", "{w}/not_a_run", "-o", "{w}/dangling"], ["is a link"]),
+    ("config -o whose lock name is a folder", ["config", "BASE", "-o", "{w}/held.yaml"],
+     [".held.yaml.lock is a folder, not mpskit's lock file", "move"]),
+    ("config -o whose lock name is a link", ["config", "BASE", "-o", "{w}/linked.yaml"],
+     [".linked.yaml.lock is a link"]),
     ("compare over an earlier comparison", ["compare", "--out", "{w}/compared", "{w}/not_a_run"],
      ["already holds comparison.md", "new folder"]),
 ]
