@@ -101,6 +101,7 @@ def cmd_ls(ns: argparse.Namespace) -> int:
 
 def cmd_config(words: list[str]) -> int:
     from mpskit.engine import lf
+    from mpskit.inputs.knobs import OWN_KEYS
     from mpskit.inputs.optional_packages import missing_packages
     from mpskit.inputs.plain_data import registration_folder
     from mpskit.recipes.changes import say_changes
@@ -132,7 +133,7 @@ def cmd_config(words: list[str]) -> int:
             except OSError as err:
                 raise cannot_write(Path(output), err, "-o") from None
         print(f"mpskit: wrote {output}", file=sys.stderr)
-        own = [f"{key}={str(args[key]).lower()}" for key in lf.LEAN_KEYS if key in run.pinned and key in args]
+        own = [f"{key}={str(args[key]).lower()}" for key in OWN_KEYS if key in run.pinned and key in args]
         if own:  # llamafactory-cli would refuse them in the file, so they are not there
             words = " ".join(own)
             warn(f"{words}: mpskit's own keys, not in {output}; give them again: mpskit train {output} {words}")

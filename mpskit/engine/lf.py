@@ -14,14 +14,13 @@ import importlib.util
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.knobs import OWN_KEYS, own_settings
+from mpskit.inputs.knobs import OWN_KEYS, own_settings, split_own
 from mpskit.inputs.token_lengths import read_tokenizer
 from mpskit.rundir import args_text, write_atomic
 from mpskit.stages import stage_of
 
 # mpskit's own run keys for the lean paths: kept out of the written YAML, which must also run under
 # plain `llamafactory-cli train` (where LLaMA-Factory's own paths run), and recorded in mpskit.json.
-LEAN_KEYS = tuple(OWN_KEYS)
 
 
 def known_keys() -> set[str]:
@@ -103,7 +102,7 @@ def check_keys(args: dict, keys: set[str] | None = None) -> None:
     `keys`: LLaMA-Factory's keys when the caller has them already (`plan`: key_names())."""
     from mpskit.engine.foodpo import FOODPO_KEYS
 
-    keys = (keys or known_keys()) | set(LEAN_KEYS) | (set(FOODPO_KEYS) if args.get("stage") == "foodpo" else set())
+    keys = (keys or known_keys()) | set(OWN_KEYS) | (set(FOODPO_KEYS) if args.get("stage") == "foodpo" else set())
     for key in args:
         if key not in keys:
             close = difflib.get_close_matches(key, keys, n=1)
@@ -238,7 +237,7 @@ def _typed_by_llamafactory(texts: dict[str, str | None]) -> dict:
 
 def yaml_text(args: dict) -> str:
     """llamafactory.yaml's text: every argument but mpskit's lean-path switches."""
-    return args_text({key: value for key, value in args.items() if key not in LEAN_KEYS})
+    return args_text(split_own(args)[0])
 
 
 def write_yaml(args: dict, path: str | Path) -> Path:
@@ -280,7 +279,7 @@ def run(args: dict, callbacks: list | None = None) -> dict:
     resumable.install()
     lean_stage = stage_of(args.get("stage")).lean
     own = own_settings(args)  # auto lean attention runs only where the planner turned it on
-    args = {key: value for key, value in args.items() if key not in OWN_KEYS}
+    args = split_own(args)[0]
     lean = lean_trainers.LeanPath(bool(own["lean_logits"]) and lean_stage)
     attention = LeanAttention(bool(own["lean_attention"]) and lean_stage)
     is_foodpo = args.get("stage") == "foodpo"

@@ -61,6 +61,13 @@ OWN_KEYS = {"lean_logits": True, "lean_attention": None}
 def own_settings(args: dict) -> dict:
     """mpskit's own knobs as ARGS give them, each defaulted from OWN_KEYS."""
     return {key: args.get(key, default) for key, default in OWN_KEYS.items()}
+
+
+def split_own(args: dict) -> tuple[dict, dict]:
+    """ARGS as two: LLaMA-Factory's (what llamafactory.yaml says), and mpskit's own knobs that ARGS
+    give (what the record's mpskit_args keep)."""
+    return ({key: value for key, value in args.items() if key not in OWN_KEYS},
+            {key: value for key, value in args.items() if key in OWN_KEYS})  # fmt: skip
 ATTENTION = {"disabled": "eager", "fa2": "fa2"}  # flash_attn value -> Knobs.attention; anything else: sdpa
 DEFAULT_OPTIM = "adamw_torch"
 DEFAULT_BATCH = 8  # transformers' per_device_train_batch_size when a run file leaves it out

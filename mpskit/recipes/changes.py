@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from mpskit.engine import lf
+from mpskit.inputs.knobs import OWN_KEYS
 from mpskit.inputs.resolve import ResolvedRun
 
 
@@ -20,7 +20,7 @@ def _text(value: object) -> str:
 def changed_keys(given: dict, written: dict) -> dict[str, list]:
     """key -> [the user's value, the written one] for every key that differs (None: not there).
     mpskit's own keys (lean paths) are not LLaMA-Factory's and never in the written file."""
-    keys = [key for key in {**given, **written} if key not in lf.LEAN_KEYS]
+    keys = [key for key in {**given, **written} if key not in OWN_KEYS]
     return {key: [given.get(key), written.get(key)] for key in keys if given.get(key) != written.get(key)}
 
 

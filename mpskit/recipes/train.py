@@ -75,7 +75,7 @@ def write_run_dir(
 def _write_claimed(
     path: Path, run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan, ladder: Ladder | None
 ) -> RunDir:
-    args = {key: value for key, value in run.args.items() if key not in lf.LEAN_KEYS}
+    args, own = knobs.split_own(run.args)
     args["output_dir"] = written_output_dir(path)
     files = {}
     if run.datasets:  # plain data files: registered in the run folder itself
@@ -91,7 +91,7 @@ def _write_claimed(
         environment=env,
         mps_hidden=run.hide_mps,
         llamafactory_args=args,
-        mpskit_args={key: run.args[key] for key in lf.LEAN_KEYS if key in run.args},
+        mpskit_args=own,
         changed_from_given=changed,
         model_dims=run.model_dims,
         data_rows=row_counts(run.datasets),

@@ -22,7 +22,7 @@ from typing import NoReturn
 
 from mpskit.engine import lf
 from mpskit.errors import Interrupted, MpskitError, RunFailed
-from mpskit.inputs.knobs import LADDER, Knobs, as_words, effective_batch, from_args, next_rung, to_args
+from mpskit.inputs.knobs import LADDER, OWN_KEYS, Knobs, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.inputs.launch import inside_launch, rank
 from mpskit.plan.duration import steady_step_s
 from mpskit.run.boundary import keep_traceback, one_line
@@ -161,7 +161,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
         changes = {key: value for key, value in to_args(rung[0], effective).items() if trained.get(key) != value}
         args = {**args, **changes}
         _plan_rung(run.record.memory, rung[0], run.record.stage, device)
-        run.change_args(changes, lf.LEAN_KEYS)
+        run.change_args(changes, tuple(OWN_KEYS))
         checkpoint = run.last_checkpoint()
         if rung[0].lora_rank != before.lora_rank:
             # a checkpoint holds the adapter's weights: a new rank cannot resume from them, and
