@@ -281,16 +281,21 @@ def test_the_dtype_rule_on_every_apple_profile(profile, model, cutoff):
     assert (chosen.dtype == "bf16") == (not fp32.fits), (chosen, fp32.chosen)
 
 
-def test_each_own_knob_has_one_default_and_the_readme_states_it():
-    """mpskit's own knobs default in one place (knobs.OWN_KEYS): the knobs of no setting and the
-    engine's switches both take it, and the README's key table says it."""
+def test_each_setting_of_mpskits_own_has_one_default_and_the_readme_states_it():
+    """mpskit's own knobs default in one place (knobs.OWN_KEYS), its other settings in another
+    (RunSettings): a run that gives none has them, and the README's key table says each."""
+    import dataclasses
     import re
 
     from mpskit.inputs.knobs import OWN_KEYS, from_args, own_settings
+    from mpskit.inputs.run_settings import RunSettings
 
+    defaults = {**OWN_KEYS, **{f.name: f.default for f in dataclasses.fields(RunSettings)}}
     readme = (ROOT / "README.md").read_text()
-    said = {key: re.search(rf"^\| `{key}` \| default (`true`|`false`|unset)", readme, re.M)[1] for key in OWN_KEYS}
-    assert said == {key: {True: "`true`", False: "`false`", None: "unset"}[value] for key, value in OWN_KEYS.items()}
-    assert own_settings({}) == OWN_KEYS
-    knobs = from_args({})
+    said = {key: re.search(rf"^\| `{key}` \| default (`[^`]+`|unset)", readme, re.M)[1] for key in defaults}
+    words = {True: "`true`", False: "`false`", None: "unset"}
+    assert said == {key: words[value] if value in words else f"`{value}`" for key, value in defaults.items()}
+    run = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b"}, hardware="cpu")
+    assert run.settings == RunSettings() and own_settings(run.args) == OWN_KEYS
+    knobs = from_args(run.args)
     assert (knobs.lean_logits, knobs.lean_attention) == (OWN_KEYS["lean_logits"], OWN_KEYS["lean_attention"])

@@ -19,12 +19,13 @@ from pathlib import Path
 from mpskit.errors import MpskitError, warn
 from mpskit.inputs import quantization, seed_fork
 from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
-from mpskit.inputs.knobs import OOM_LADDER, PLANNER_KEYS
+from mpskit.inputs.knobs import PLANNER_KEYS
 from mpskit.inputs.launch import process_layout
 from mpskit.inputs.plain_data import named_data, register_plain_data
 from mpskit.inputs.presets import demo_data_dir, load_yaml, merge, resolve_preset_file
 from mpskit.inputs.removed_keys import translate_removed_keys
-from mpskit.inputs.validate import check_args, check_number, check_value
+from mpskit.inputs.run_settings import RunSettings, read_run_settings
+from mpskit.inputs.validate import check_args, check_number
 from mpskit.stages import STAGES
 
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
@@ -61,9 +62,7 @@ class ResolvedRun:
     layers: list[str] = field(default_factory=list)
     pinned: set[str] = field(default_factory=set)  # PLANNER_KEYS the user or the hardware profile set
     processes: tuple[int, int] = (1, 1)  # (per node, nodes): more than one launches through torchrun
-    limits: dict = field(default_factory=dict)  # memory_budget_gb, min_cutoff_len
-    keep_awake: bool = True  # on macOS, caffeinate for the life of the run
-    oom_ladder: str | None = None  # keep | adapt: may an out-of-memory error move LoRA rank and cutoff_len
+    settings: RunSettings = RunSettings()  # mpskit's own: budget, cutoff floor, ladder, keeping awake
     preset: str | None = None  # the stage preset merged in; None: the user's settings are the run's
     given: dict = field(default_factory=dict)  # the user's LLaMA-Factory keys, as given
     datasets: dict = field(default_factory=dict)  # plain data files' dataset_info.json entries (plain_data.py)
@@ -322,9 +321,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         layers=layers,
         pinned={key for key in PLANNER_KEYS if key in user or key in hw.args},
         processes=processes,
-        limits=_limits(own),
-        keep_awake=_switch(own, "keep_awake", True),
-        oom_ladder=_oom_ladder(own.get("oom_ladder")),
+        settings=read_run_settings(own),
         preset=preset,
         given=given,
         datasets=datasets,
@@ -339,31 +336,6 @@ def _warn_on_training_data_evaluated(given: dict, args: dict) -> None:
     same = trained & named_data(given.get("eval_dataset", args.get("eval_dataset")))
     if same:
         warn(f"{', '.join(sorted(same))} is both trained and evaluated on: the eval figures are not held out")
-
-
-def _limits(own: dict) -> dict:
-    limits = {}
-    for key, kind in (("memory_budget_gb", float), ("min_cutoff_len", int)):
-        if key in own:
-            check_value(key, own[key])
-            limits[key] = kind(own[key])
-    return limits
-
-
-def _oom_ladder(value) -> str | None:
-    if value is not None and value not in OOM_LADDER:
-        raise MpskitError(
-            f"oom_ladder={value!r} is not keep or adapt",
-            "keep: never change LoRA rank or cutoff_len on out of memory; adapt: change them if need be",
-        )
-    return value
-
-
-def _switch(own: dict, key: str, default: bool) -> bool:
-    value = own.get(key, default)
-    if not isinstance(value, bool):
-        raise MpskitError(f"{key}={value!r} is not true or false", f"write {key}=true or {key}=false")
-    return value
 
 
 def absolute_paths(args: dict) -> dict:

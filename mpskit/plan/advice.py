@@ -144,7 +144,7 @@ def _args_on(run: ResolvedRun, hw: Hardware, device: str) -> dict:
 
 def _pinned(run: ResolvedRun) -> set[str]:
     """What the planner keeps: the user's and the profile's keys; under `oom_ladder: keep`, 16-bit weights."""
-    return run.pinned | ({"quantization_bit"} if run.oom_ladder == "keep" else set())
+    return run.pinned | ({"quantization_bit"} if run.settings.oom_ladder == "keep" else set())
 
 
 def _plan_on(
@@ -157,8 +157,8 @@ def _plan_on(
         device,
         dims,
         pinned=_pinned(run),
-        budget_gb=run.limits.get("memory_budget_gb"),
-        cutoff_floor=run.limits.get("min_cutoff_len"),
+        budget_gb=run.settings.memory_budget_gb,
+        cutoff_floor=run.settings.min_cutoff_len,
         world_size=run.world_size,
         processes_per_node=run.processes[0],
         lengths=lengths,

@@ -99,7 +99,7 @@ def _write_claimed(
         duration=Duration(**d.as_dict()) if memory_plan and (d := plan_duration(run, memory_plan)) else Duration(),
         ladder=ladder,
         processes=list(run.processes),
-        keep_awake=run.keep_awake,
+        keep_awake=run.settings.keep_awake,
         command=command,
         started=time.strftime("%Y-%m-%dT%H:%M:%S"),
         versions={pkg: installed_version(pkg) for pkg in VERSIONED},
@@ -132,8 +132,8 @@ def memory_record(memory_plan: planner.Plan | None) -> Memory:
 
 def ladder_for(run: ResolvedRun) -> Ladder:
     return Ladder(
-        free=sorted(knobs.ladder_knobs(run.pinned, run.oom_ladder)),
-        cutoff_floor=run.limits.get("min_cutoff_len", knobs.DEFAULT_CUTOFF_FLOOR),
+        free=sorted(knobs.ladder_knobs(run.pinned, run.settings.oom_ladder)),
+        cutoff_floor=run.settings.min_cutoff_len,
     )
 
 
