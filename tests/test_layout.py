@@ -123,3 +123,31 @@ def test_nothing_in_the_package_reads_the_tests_fault_switches():
         if "MPSKIT_FAKE_" in path.read_text(encoding="utf-8")
     ]
     assert switches == []
+
+
+def test_mpskits_own_settings_are_read_by_name_only_in_their_homes():
+    """lean_logits, lean_attention (knobs.OwnKnobs) and the RunSettings fields are read or written by
+    key (a subscript, .get/.pop/.setdefault, a dict literal's key) only where they are defined and
+    checked: knobs, run_settings, validate's ranges and the record's own reading (rundir). Everywhere
+    else they are fields of a typed value."""
+    import dataclasses
+
+    from mpskit.inputs.knobs import OWN_KEYS
+    from mpskit.inputs.run_settings import RunSettings
+
+    keys = set(OWN_KEYS) | {item.name for item in dataclasses.fields(RunSettings)}
+    homes = {"mpskit.inputs.knobs", "mpskit.inputs.run_settings", "mpskit.inputs.validate", "mpskit.rundir"}
+    named = []
+    for name, tree in modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript):
+                found = [node.slice]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                found = [node.args[0]] if node.func.attr in ("get", "pop", "setdefault") else []
+            elif isinstance(node, ast.Dict):
+                found = [key for key in node.keys if key is not None]
+            else:
+                found = []
+            named += [f"{name}:{key.lineno} {key.value}" for key in found
+                      if isinstance(key, ast.Constant) and key.value in keys and name not in homes]  # fmt: skip
+    assert named == []

@@ -287,7 +287,7 @@ def test_each_setting_of_mpskits_own_has_one_default_and_the_readme_states_it():
     import dataclasses
     import re
 
-    from mpskit.inputs.knobs import OWN_KEYS, from_args, own_settings
+    from mpskit.inputs.knobs import OWN_KEYS, OwnKnobs, from_args, own_settings
     from mpskit.inputs.run_settings import RunSettings
 
     defaults = {**OWN_KEYS, **{f.name: f.default for f in dataclasses.fields(RunSettings)}}
@@ -296,6 +296,6 @@ def test_each_setting_of_mpskits_own_has_one_default_and_the_readme_states_it():
     words = {True: "`true`", False: "`false`", None: "unset"}
     assert said == {key: words[value] if value in words else f"`{value}`" for key, value in defaults.items()}
     run = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b"}, hardware="cpu")
-    assert run.settings == RunSettings() and own_settings(run.args) == OWN_KEYS
+    assert run.settings == RunSettings() and own_settings(run.args) == OwnKnobs()
     knobs = from_args(run.args)
     assert (knobs.lean_logits, knobs.lean_attention) == (OWN_KEYS["lean_logits"], OWN_KEYS["lean_attention"])

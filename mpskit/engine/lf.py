@@ -259,7 +259,7 @@ def import_engine():
     return run_exp
 
 
-def run(args: dict, callbacks: list | None = None) -> dict:
+def run(args: dict, callbacks: list | None = None) -> tuple[dict, dict]:
     """Train through LLaMA-Factory's own entry point, exactly as `llamafactory-cli train` does.
 
     Narrow swaps first: trainer_log.jsonl keeps every logged metric; the pt, rm and kto workflows build
@@ -268,7 +268,7 @@ def run(args: dict, callbacks: list | None = None) -> dict:
     `stage: foodpo` becomes LLaMA-Factory's DPO workflow building the fooDPO trainer. A base quantized
     as it loads is read tensor by tensor, never memory-mapped, and on glibc the heap is trimmed
     before each decoder layer runs (quantized.py).
-    Returns what each lean path did (for mpskit.json).
+    Returns what each lean path did, lean logits' and lean attention's (for mpskit.json).
     """
     from mpskit.engine import lean_trainers, resumable, trainer_log
     from mpskit.engine.lean_attention import LeanAttention
@@ -280,8 +280,8 @@ def run(args: dict, callbacks: list | None = None) -> dict:
     lean_stage = stage_of(args.get("stage")).lean
     own = own_settings(args)  # auto lean attention runs only where the planner turned it on
     args = split_own(args)[0]
-    lean = lean_trainers.LeanPath(bool(own["lean_logits"]) and lean_stage)
-    attention = LeanAttention(bool(own["lean_attention"]) and lean_stage)
+    lean = lean_trainers.LeanPath(bool(own.lean_logits) and lean_stage)
+    attention = LeanAttention(bool(own.lean_attention) and lean_stage)
     is_foodpo = args.get("stage") == "foodpo"
     if is_foodpo:
         from mpskit.engine.foodpo import split_foodpo_args
@@ -298,4 +298,4 @@ def run(args: dict, callbacks: list | None = None) -> dict:
             quantized.enter_context(read_on_demand())
             quantized.enter_context(trim_between_layers())
         run_exp(args, callbacks=callbacks or [])
-    return {"lean_logits": lean.report, "lean_attention": attention.report}
+    return lean.report, attention.report

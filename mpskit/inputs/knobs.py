@@ -9,7 +9,7 @@ knob is one edit here plus its term in the memory model (memory.py).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from mpskit.errors import MpskitError
@@ -53,14 +53,21 @@ KEYS = {
     "lean_attention": ("lean_attention",),
 }
 PLANNER_KEYS = tuple(key for keys in KEYS.values() for key in keys)
-# mpskit's own knobs, each with its one default: the record's mpskit_args keep them, never the YAML
-# (llamafactory-cli would refuse them). lean_attention None: auto, the planner decides.
-OWN_KEYS = {"lean_logits": True, "lean_attention": None}
+@dataclass(frozen=True)
+class OwnKnobs:
+    """mpskit's own knobs, each with its one default: the record's mpskit_args keep them, never the
+    YAML (llamafactory-cli would refuse them)."""
+
+    lean_logits: bool = True  # next-token log-probabilities in chunks, wherever the stage and model allow
+    lean_attention: bool | None = None  # None: auto, on wherever the planner finds attention materialised
 
 
-def own_settings(args: dict) -> dict:
-    """mpskit's own knobs as ARGS give them, each defaulted from OWN_KEYS."""
-    return {key: args.get(key, default) for key, default in OWN_KEYS.items()}
+OWN_KEYS = {item.name: item.default for item in fields(OwnKnobs)}
+
+
+def own_settings(args: dict) -> OwnKnobs:
+    """mpskit's own knobs as ARGS give them, the rest at their defaults."""
+    return OwnKnobs(**{key: args[key] for key in OWN_KEYS if key in args})
 
 
 def split_own(args: dict) -> tuple[dict, dict]:
@@ -134,8 +141,8 @@ def from_args(args: dict, world_size: int = 1) -> Knobs:
         optim=str(args.get("optim") or DEFAULT_OPTIM),
         zero_stage=zero_stage_of(args.get("deepspeed")),
         world_size=world_size,
-        lean_logits=bool(own["lean_logits"]),  # on wherever it applies
-        lean_attention=None if own["lean_attention"] is None else bool(own["lean_attention"]),
+        lean_logits=bool(own.lean_logits),  # on wherever it applies
+        lean_attention=None if own.lean_attention is None else bool(own.lean_attention),
     )
 
 

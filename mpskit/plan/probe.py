@@ -56,8 +56,7 @@ def check_probe_machine(hw: Hardware) -> None:
 
 def probe(words: list[str], plan: Plan, world_size: int = 1) -> Probe:
     """Train the plan's chosen setting for 1 + PROBE_STEPS steps in a fresh process and time it."""
-    setting = to_args(plan.chosen.knobs, plan.effective_batch)
-    setting.pop("lean_logits")  # stays what the words say (auto when unset), as in the run itself
+    setting = to_args(plan.chosen.knobs, plan.effective_batch)  # lean_logits as the words say: no search moves it
     pinned = [f"{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in setting.items()]
     steps = 1 + PROBE_STEPS
     overrides = [

@@ -122,7 +122,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                     progress = ProgressLine(monitor, predicted, log_file)
                     started = OnTrainBegin(lambda: _point_latest(run))
                     callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started]
-                    lean_paths = lf.run(attempt_args, callbacks=callbacks)
+                    lean_paths = lf.run(attempt_args, callbacks=callbacks)  # what each lean path did
         except Stopped as stop:
             attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
             _record_attempt(run, _with_measured(attempt, monitor))
@@ -134,7 +134,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                 _fail(run, _with_measured(attempt, monitor), err, args, began)
         else:
             attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
-            attempt.lean_logits, attempt.lean_attention = lean_paths["lean_logits"], lean_paths["lean_attention"]
+            attempt.lean_logits, attempt.lean_attention = lean_paths
             if rank() == 0:
                 _plot(run)
             _record_attempt(run, _with_measured(attempt, monitor))

@@ -93,7 +93,7 @@ def install() -> None:
         return
     plain = lf.run
 
-    def run_with_faults(args: dict, callbacks: list | None = None) -> dict:
+    def run_with_faults(args: dict, callbacks: list | None = None) -> tuple[dict, dict]:
         return plain(args, callbacks=[*(callbacks or []), *faults_for(args)])
 
     run_with_faults.with_faults = True
