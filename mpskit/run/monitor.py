@@ -69,8 +69,8 @@ class MemoryMonitor(TrainerCallback):
         """FIRST_BASELINE: the first attempt's, for a later attempt in the same process (out of memory, a
         rung down): its figures are measured above what the process held before any model loaded, as
         the plan predicts a fresh process's. What the attempt began on is `held_before_gb`: what the
-        earlier attempts left, most of it paid once (modules imported while training, the data's pages),
-        which the plan counts too."""
+        earlier attempts left (modules imported while training, the data's pages, heap the allocator
+        keeps), so a rung reads the larger of what it needs and what the failed attempt left held."""
         self.device = device
         self._read, self._read_peak = memory_reader(device)
         if first_baseline is not None:
