@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from mpskit import __version__
-from mpskit.errors import Interrupted, MpskitError, warn
+from mpskit.errors import Interrupted, MpskitError, NextRung, warn
 from mpskit.run.quiet import VERBOSE_VARIABLE
 from mpskit.temporary import install_sigterm_exit
 
@@ -324,6 +326,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _go_on_in_a_fresh_process(run_dir) -> NoReturn:
+    """After an out-of-memory rung this process becomes `mpskit train --resume RUN`: the same process
+    (a waiting shell, caffeinate -w and the lock note's number stay right) with nothing of the failed
+    attempt left in the device or the heap. What an exit runs (temporary folders go) runs first."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    atexit._run_exitfuncs()  # os.execv runs no atexit handler itself
+    os.execv(sys.executable, [sys.executable, "-m", "mpskit.cli", "train", "--resume", str(run_dir)])
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the command line: a SIGTERM unwinds, so temporary folders go (temporary.py)
         install_sigterm_exit()
@@ -356,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     except MpskitError as err:
         print(f"mpskit: error: {err}", file=sys.stderr)
         return err.exit_code
+    except NextRung as rung:
+        _go_on_in_a_fresh_process(rung.run_dir)
     except Interrupted as stop:
         if stop.checkpoint:
             where = f"stopped; the newest complete checkpoint is {stop.checkpoint.name}; resume with"

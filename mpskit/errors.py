@@ -29,6 +29,15 @@ class Interrupted(Exception):
         self.checkpoint = checkpoint
 
 
+class NextRung(Exception):  # noqa: N818 - a hand-over, not an error
+    """An out-of-memory rung is recorded; the run goes on in a fresh process (the command line execs
+    `mpskit train --resume RUN`), which starts with the device and the heap whole."""
+
+    def __init__(self, run_dir):
+        super().__init__(f"next rung: {run_dir}")
+        self.run_dir = run_dir
+
+
 def warn(message: str) -> None:
     """One-line warning on stderr (no logging setup needed, no torch import)."""
     import sys

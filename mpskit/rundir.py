@@ -52,7 +52,6 @@ class Measured:
 
     device: str = ""
     baseline_gb: float = 0.0
-    held_before_gb: float = 0.0  # what the attempt began on: what earlier attempts left in the process
     peak_gb: float = 0.0  # the process's own
     training_gb: float = 0.0  # the peak above the baseline: "peak train memory", the plan's figure
     loaded_gb: float = 0.0  # after the model loaded, before the first step

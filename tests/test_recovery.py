@@ -56,14 +56,11 @@ def test_synthetic_out_of_memory_falls_back_a_rung_and_resumes(tmp_path, tiny_mo
     memory = json.loads((run_dir / "mpskit.json").read_text())["memory"]
     assert second["predicted_gb"] < first["predicted_gb"] and memory["knobs"]["batch"] == second["knobs"][batch]
     assert memory["predicted"]["training_gb"] == second["predicted_gb"]
-    # Measured above the process before any model loaded, as the plan predicts a fresh process's: the
-    # heap the failed attempt leaves held counts, so the rung reads what it needs or what the failed
-    # setting left, whichever is more (in a quiet fresh interpreter 0.065-0.067 GB against its plan of
-    # 0.066; in one CI run 0.079, the failed attempt's 0.078), never the two added up, never zero.
-    measured, failed = second["measured"], first["measured"]
-    assert 0.5 * second["predicted_gb"] < measured["training_gb"]
-    assert measured["training_gb"] < 1.15 * max(failed["training_gb"], second["predicted_gb"]), (measured, failed)
-    assert 0 < measured["held_before_gb"] < measured["training_gb"]
+    # the rung trains in a fresh process, measured as the plan predicts it, with nothing of the failed
+    # attempt in its memory (in the failed attempt's process it read up to 0.079 GB against 0.066)
+    assert "in a fresh process" in result.stderr
+    measured = second["measured"]
+    assert measured["training_gb"] == pytest.approx(second["predicted_gb"], rel=0.15), (measured, first["measured"])
     steps = [row["current_steps"] for row in log_rows(run_dir) if "loss" in row]
     assert steps[:2] == [1, 2] and steps[2] == 3 and steps.count(1) == 1  # resumed at 3, not restarted at 1
     assert (run_dir / "adapter_model.safetensors").is_file()

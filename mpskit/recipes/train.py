@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mpskit.engine import lf
 from mpskit.engine.environment import enter_run_environment, hide_accelerators
-from mpskit.errors import MpskitError
+from mpskit.errors import MpskitError, NextRung
 from mpskit.inputs import knobs
 from mpskit.inputs.hardware import detect, installed_version
 from mpskit.inputs.launch import inside_launch, launch
@@ -250,14 +250,23 @@ def _find_data(run: RunDir, new_paths: dict[str, str]) -> None:
 @contextlib.contextmanager
 def _summary_at_end(path: Path) -> Iterator[None]:
     """The run's summary on screen and in its train.log when it ends, finished, stopped or failed
-    (before the error's own line), once it has trained at all."""
+    (before the error's own line), once it has trained at all; not when an out-of-memory rung goes on
+    in a fresh process, which prints it when the run ends."""
     try:
         yield
-    finally:
-        lines = _summary(path)
-        for line in lines:
-            print(line, file=sys.stderr)
-        log_lines(path, lines)
+    except NextRung:
+        raise
+    except BaseException:
+        _print_summary(path)
+        raise
+    _print_summary(path)
+
+
+def _print_summary(path: Path) -> None:
+    lines = _summary(path)
+    for line in lines:
+        print(line, file=sys.stderr)
+    log_lines(path, lines)
 
 
 def _summary(path: Path) -> list[str]:

@@ -2,7 +2,8 @@
 
 An out-of-memory error is recognised (MPS, CUDA, CPU), reported with its figures and the estimate,
 and the run continues on the next rung of the fallback ladder from its last checkpoint, moving only
-knobs the user left free, at most MAX_ATTEMPTS times. SIGINT/SIGTERM save a checkpoint at the next
+knobs the user left free, at most MAX_ATTEMPTS times in a row, each rung in a fresh process (the
+command line execs `mpskit train --resume RUN` on NextRung). SIGINT/SIGTERM save a checkpoint at the next
 step boundary and stop with the resume command (signals.py: at once while loading, or a second
 time). A full disk stops with one line naming the newest complete checkpoint. Every attempt, however
 it ends, is recorded in mpskit.json.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import gc
+import itertools
 import json
 import os
 import shlex
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from mpskit.engine import lf
-from mpskit.errors import Interrupted, MpskitError, RunFailed
+from mpskit.errors import Interrupted, MpskitError, NextRung, RunFailed
 from mpskit.inputs.knobs import LADDER, OWN_KEYS, Knobs, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.inputs.launch import inside_launch, rank
 from mpskit.plan.duration import steady_step_s
@@ -31,7 +32,8 @@ from mpskit.run.quiet import LOG_FILE
 from mpskit.run.signals import SignalGuard, Stopped
 from mpskit.rundir import FINISHED, Attempt, Duration, Ladder, Memory, RunDir, point_latest, set_aside, write_atomic
 
-MAX_ATTEMPTS = 4
+MAX_ATTEMPTS = 4  # out-of-memory attempts in a row, each in its own process
+OUT_OF_MEMORY = "out of memory"
 
 
 def _plot(run: RunDir) -> None:
@@ -74,103 +76,88 @@ def _add_measured_time(duration: Duration, step_seconds: list[float], finished: 
         duration.error = round((duration.predicted_s - duration.measured_s) / duration.measured_s, 4)
 
 
-def _free_device_memory(device: str) -> None:
-    """After an out-of-memory attempt: its tensors go, and their memory back to the device (on the CPU,
-    glibc's heap pages back to the system, which the next attempt would otherwise start on)."""
-    gc.collect()
-    if device in ("cuda", "mps"):
-        import torch
-
-        (torch.cuda if device == "cuda" else torch.mps).empty_cache()
-    else:
-        from mpskit.engine.quantized import trim_heap
-
-        trim_heap()
-
-
 def _oom_block(oom: OutOfMemory, predicted_gb: float | None, attempt: int, step: str) -> str:
     estimate = f"{predicted_gb:.2f} GB" if predicted_gb else "none"
     return f"mpskit: out of memory on {oom.device} in attempt {attempt} ({step}): {oom.figures()}; estimate {estimate}"
 
 
 def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | None = None) -> Path:
-    """Train until finished, out of rungs, or stopped by a signal (then raises Interrupted)."""
+    """One training attempt in this process: finished, stopped by a signal (then raises Interrupted),
+    failed, or out of memory. Out of memory, the next rung of the ladder is recorded (the knobs in
+    llamafactory.yaml and the record, its memory plan) and NextRung raised: the command line goes on
+    in a fresh process (`mpskit train --resume RUN`), which gives the device and the heap back whole
+    and measures the rung's memory as the plan predicts it."""
     effective = effective_batch(args)
     device = run.record.device
-    first = len(run.record.attempts) + 1
-    number = first - 1
-    baseline = None  # the process before any model loaded, from the first attempt's monitor on
-    while True:
-        number += 1
-        attempt_args = {**args, "resume_from_checkpoint": str(checkpoint) if checkpoint else None}
-        before = from_args(args)
-        attempt = Attempt(number, to_args(before, effective), checkpoint.name if checkpoint else None)
-        predicted = attempt.predicted_gb = run.record.memory.predicted_training_gb
-        guard, monitor = SignalGuard(), None
-        try:
-            with guard:
-                lf.import_engine()  # torch, transformers, LLaMA-Factory: slow the first time
-                from mpskit.run.callbacks import OnTrainBegin, StopOnDivergence, StopOnSignal
-                from mpskit.run.monitor import MemoryMonitor
-                from mpskit.run.progress import ProgressLine
-                from mpskit.run.quiet import library_output
+    number = len(run.record.attempts) + 1
+    attempt_args = {**args, "resume_from_checkpoint": str(checkpoint) if checkpoint else None}
+    before = from_args(args)
+    attempt = Attempt(number, to_args(before, effective), checkpoint.name if checkpoint else None)
+    predicted = attempt.predicted_gb = run.record.memory.predicted_training_gb
+    guard, monitor = SignalGuard(), None
+    try:
+        with guard:
+            lf.import_engine()  # torch, transformers, LLaMA-Factory: slow the first time
+            from mpskit.run.callbacks import OnTrainBegin, StopOnDivergence, StopOnSignal
+            from mpskit.run.monitor import MemoryMonitor
+            from mpskit.run.progress import ProgressLine
+            from mpskit.run.quiet import library_output
 
-                monitor = MemoryMonitor(device, baseline)  # after the imports: its baseline
-                baseline = monitor.baseline
-                log_dir = run.path if rank() == 0 else None
-                with library_output(log_dir, keep_progress_bar=args.get("disable_tqdm") is False) as log_file:
-                    progress = ProgressLine(monitor, predicted, log_file)
-                    started = OnTrainBegin(lambda: _point_latest(run))
-                    callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started]
-                    lean_paths = lf.run(attempt_args, callbacks=callbacks)  # what each lean path did
-        except Stopped as stop:
-            attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
-            _record_attempt(run, _with_measured(attempt, monitor))
-            raise Interrupted(run.path, run.last_checkpoint()) from None
-        except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
-            oom = recognise(err)
-            if oom is None:
-                began = monitor is not None and len(monitor.step_ends) > 1  # a step ended (after train begin)
-                _fail(run, _with_measured(attempt, monitor), err, args, began)
-        else:
-            attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
-            attempt.lean_logits, attempt.lean_attention = lean_paths
-            if rank() == 0:
-                _plot(run)
-            _record_attempt(run, _with_measured(attempt, monitor))
-            if guard.signal_name:
-                raise Interrupted(run.path, run.last_checkpoint())
-            rungs = [entry.next_rung for entry in run.record.attempts if entry.next_rung]
-            if rungs:
-                print(f"mpskit: finished; out of memory changed: {'; '.join(rungs)}", file=sys.stderr)
-            return run.path
-
-        _free_device_memory(device)  # out of the except block: the failed attempt's frames are gone
-        print(_oom_block(oom, predicted, number, run.step_reached()), file=sys.stderr)
-        rung = next_rung(before, effective, set(ladder.free), ladder.cutoff_floor)
-        attempt.outcome, attempt.device_figures = "out of memory", vars(oom)
-        attempt.next_rung = rung[1] if rung else None
+            monitor = MemoryMonitor(device)  # after the imports: its baseline
+            log_dir = run.path if rank() == 0 else None
+            with library_output(log_dir, keep_progress_bar=args.get("disable_tqdm") is False) as log_file:
+                progress = ProgressLine(monitor, predicted, log_file)
+                started = OnTrainBegin(lambda: _point_latest(run))
+                callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started]
+                lean_paths = lf.run(attempt_args, callbacks=callbacks)  # what each lean path did
+    except Stopped as stop:
+        attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
         _record_attempt(run, _with_measured(attempt, monitor))
-        if rung is None or number == first + MAX_ATTEMPTS - 1:
-            consent = "" if "lora_rank" in ladder.free else " (or add oom_ladder=adapt: mpskit may then lower them)"
-            raise MpskitError(
-                f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
-                f"run with less memory: {_command_that_fits(run, args, effective)}{consent}",
-            )
-        trained = to_args(before, effective)
-        changes = {key: value for key, value in to_args(rung[0], effective).items() if trained.get(key) != value}
-        args = {**args, **changes}
-        _plan_rung(run.record.memory, rung[0], run.record.stage, device)
-        run.change_args(changes, tuple(OWN_KEYS))
-        checkpoint = run.last_checkpoint()
-        if rung[0].lora_rank != before.lora_rank:
-            # a checkpoint holds the adapter's weights: a new rank cannot resume from them, and
-            # LLaMA-Factory would pick the newest one up from output_dir by itself
-            for old in run.checkpoints():
-                set_aside(old, f"rank-{before.lora_rank}")
-            checkpoint = None
-        where = f"resuming from {checkpoint.name}" if checkpoint else "restarting from step 0"
-        print(f"mpskit: next rung: {rung[1]}; {where}", file=sys.stderr)
+        raise Interrupted(run.path, run.last_checkpoint()) from None
+    except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
+        oom = recognise(err)
+        if oom is None:
+            began = monitor is not None and len(monitor.step_ends) > 1  # a step ended (after train begin)
+            _fail(run, _with_measured(attempt, monitor), err, args, began)
+    else:
+        attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
+        attempt.lean_logits, attempt.lean_attention = lean_paths
+        if rank() == 0:
+            _plot(run)
+        _record_attempt(run, _with_measured(attempt, monitor))
+        if guard.signal_name:
+            raise Interrupted(run.path, run.last_checkpoint())
+        rungs = [entry.next_rung for entry in run.record.attempts if entry.next_rung]
+        if rungs:
+            print(f"mpskit: finished; out of memory changed: {'; '.join(rungs)}", file=sys.stderr)
+        return run.path
+
+    print(_oom_block(oom, predicted, number, run.step_reached()), file=sys.stderr)
+    rung = next_rung(before, effective, set(ladder.free), ladder.cutoff_floor)
+    attempt.outcome, attempt.device_figures = OUT_OF_MEMORY, vars(oom)
+    attempt.next_rung = rung[1] if rung else None
+    _record_attempt(run, _with_measured(attempt, monitor))
+    in_a_row = len(list(itertools.takewhile(lambda a: a.outcome == OUT_OF_MEMORY, reversed(run.record.attempts))))
+    if rung is None or in_a_row >= MAX_ATTEMPTS:
+        consent = "" if "lora_rank" in ladder.free else " (or add oom_ladder=adapt: mpskit may then lower them)"
+        raise MpskitError(
+            f"out of memory and {'no free knob is left' if rung is None else f'{MAX_ATTEMPTS} attempts made'}",
+            f"run with less memory: {_command_that_fits(run, args, effective)}{consent}",
+        )
+    trained = to_args(before, effective)
+    changes = {key: value for key, value in to_args(rung[0], effective).items() if trained.get(key) != value}
+    _plan_rung(run.record.memory, rung[0], run.record.stage, device)
+    run.change_args(changes, tuple(OWN_KEYS))
+    checkpoint = run.last_checkpoint()
+    if rung[0].lora_rank != before.lora_rank:
+        # a checkpoint holds the adapter's weights: a new rank cannot resume from them, and
+        # LLaMA-Factory would pick the newest one up from output_dir by itself
+        for old in run.checkpoints():
+            set_aside(old, f"rank-{before.lora_rank}")
+        checkpoint = None
+    where = f"resuming from {checkpoint.name}" if checkpoint else "restarting from step 0"
+    print(f"mpskit: next rung: {rung[1]}; {where}, in a fresh process", file=sys.stderr)
+    raise NextRung(run.path)
 
 
 def _plan_rung(memory: Memory, rung: Knobs, stage: str, device: str) -> None:

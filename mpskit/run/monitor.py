@@ -27,29 +27,12 @@ GB = 1024**3
 
 
 def _max_rss_bytes() -> int:
-    """The process's RSS high-water mark: Linux's VmHWM (which reset_peak can lower), else ru_maxrss."""
+    """The process's RSS high-water mark: Linux's VmHWM, else ru_maxrss."""
     with contextlib.suppress(OSError, ValueError, StopIteration):
         with open("/proc/self/status", encoding="ascii") as status:
             return 1024 * int(next(line for line in status if line.startswith("VmHWM:")).split()[1])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
-
-
-def reset_peak() -> None:
-    """Lower the RSS high-water mark to the RSS now, where the kernel allows it (Linux), so that a later
-    attempt in the same process measures its own peak, not an earlier attempt's."""
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
-        refs.write("5")
-
-
-def _reset_device_peak(device: str) -> None:
-    """A later attempt measures its own peak, not an earlier attempt's."""
-    if device == "cpu":
-        reset_peak()
-    elif device == "cuda":
-        import torch
-
-        torch.cuda.reset_peak_memory_stats()
 
 
 def memory_reader(device: str):
@@ -65,18 +48,12 @@ def memory_reader(device: str):
 
 
 class MemoryMonitor(TrainerCallback):
-    def __init__(self, device: str, first_baseline: int | None = None, interval_s: float = 0.02) -> None:
-        """FIRST_BASELINE: the first attempt's, for a later attempt in the same process (out of memory, a
-        rung down): its figures are measured above what the process held before any model loaded, as
-        the plan predicts a fresh process's. What the attempt began on is `held_before_gb`: what the
-        earlier attempts left (modules imported while training, the data's pages, heap the allocator
-        keeps), so a rung reads the larger of what it needs and what the failed attempt left held."""
+    def __init__(self, device: str, interval_s: float = 0.02) -> None:
+        """One attempt's monitor: each attempt runs in a process of its own (an out-of-memory rung goes
+        on in a fresh one), so the baseline is what this process holds before the model loads."""
         self.device = device
         self._read, self._read_peak = memory_reader(device)
-        if first_baseline is not None:
-            _reset_device_peak(device)
-        self.baseline = self._read() if first_baseline is None else first_baseline
-        self.held_before = self._read() - self.baseline
+        self.baseline = self._read()
         self.samples: list[tuple[float, int]] = []  # (seconds since start, bytes), one per 0.25 s at most
         self.peak = self.baseline
         self.loaded = self.baseline  # after the model loads, before the first step
@@ -146,7 +123,6 @@ class MemoryMonitor(TrainerCallback):
         return Measured(
             device=self.device,
             baseline_gb=round(self.baseline / GB, 4),
-            held_before_gb=round(max(self.held_before, 0) / GB, 4),
             peak_gb=round(self.peak / GB, 4),
             training_gb=round((self.peak - self.baseline) / GB, 4),
             loaded_gb=round((self.loaded - self.baseline) / GB, 4),
