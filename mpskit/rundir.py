@@ -279,6 +279,12 @@ def writing(path: Path, what: str, doing: str) -> Iterator[None]:
         os.close(fd)
 
 
+def check_new_folder_target(path: Path, fix: str) -> None:
+    """A folder a writer fills (export -o, tiny-model): absent, or an empty folder of the user's."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise MpskitError(f"{path} already exists and is not an empty folder", fix)
+
+
 def _open_lock(lock: Path, path: Path) -> int:
     try:
         return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)

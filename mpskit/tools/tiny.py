@@ -12,7 +12,7 @@ from pathlib import Path
 from mpskit.errors import MpskitError
 from mpskit.inputs.presets import demo_data_dir, preset_model_dir
 from mpskit.run.quiet import is_verbose
-from mpskit.rundir import cannot_write, writing
+from mpskit.rundir import cannot_write, check_new_folder_target, writing
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2.5's chat template without tools: its default system prompt is LLaMA-Factory's `qwen` template's.
@@ -65,10 +65,7 @@ def build_tiny_model(
     if not data.is_dir():
         raise MpskitError(f"data directory {data} not found", "pass --data DIR with the demo datasets")
     with writing(out, "the model folder", "mpskit tiny-model"):
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise MpskitError(
-                f"{out} already exists and is not an empty folder", "choose another folder or use it as is"
-            )
+        check_new_folder_target(out, "choose another folder or use it as is")
         return _build(out, data, seed, dims)
 
 

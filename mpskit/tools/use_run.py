@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.run.quiet import library_output
-from mpskit.rundir import RunDir, latest_run_dir, writing
+from mpskit.rundir import RunDir, check_new_folder_target, latest_run_dir, writing
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 EXPORT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # else float32: what the run trained in
@@ -95,8 +95,7 @@ def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bo
     folder that looks like a model. One export at a time writes OUT (rundir.writing)."""
     out = Path(os.path.abspath(Path(out_dir).expanduser()))
     with writing(out, "-o", "mpskit export"):
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise MpskitError(f"{out} already exists and is not an empty folder", "give -o a new folder")
+        check_new_folder_target(out, "give -o a new folder")
         return _export(open_trained(run_dir, allow_unfinished), out)
 
 
