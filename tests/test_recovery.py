@@ -57,12 +57,11 @@ def test_synthetic_out_of_memory_falls_back_a_rung_and_resumes(tmp_path, tiny_mo
     assert second["predicted_gb"] < first["predicted_gb"] and memory["knobs"]["batch"] == second["knobs"][batch]
     assert memory["predicted"]["training_gb"] == second["predicted_gb"]
     # The rung trains in a fresh process, its figure its own (in the failed attempt's process it read up
-    # to 0.089 GB against 0.066). How close it comes to the plan depends on the environment: 0.064-0.068
-    # in this repository's .venv, 0.081-0.087 in a fresh clone's (whose first attempts also read 11-16%
-    # over their plan), so the bound here is the plan's order, not its accuracy (bench/ measures that).
+    # to 0.089 GB against 0.066), measured without the shared-library pages RSS counts (run/monitor.py):
+    # with them a fresh clone's venv read 25-30% above this repository's .venv.
     assert "in a fresh process" in result.stderr
     measured = second["measured"]
-    assert 0.5 < measured["training_gb"] / second["predicted_gb"] < 1.5, (measured, first["measured"])
+    assert 0.85 < measured["training_gb"] / second["predicted_gb"] < 1.15, (measured, first["measured"])
     steps = [row["current_steps"] for row in log_rows(run_dir) if "loss" in row]
     assert steps[:2] == [1, 2] and steps[2] == 3 and steps.count(1) == 1  # resumed at 3, not restarted at 1
     assert (run_dir / "adapter_model.safetensors").is_file()

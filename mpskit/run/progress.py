@@ -67,7 +67,7 @@ class ProgressLine(TrainerCallback):
         elapsed = time.perf_counter() - self.started
         done = step - self.first_step
         self.monitor.update_exact_peak()
-        figures = {"memory_training_gb": round((self.monitor.peak - self.monitor.baseline) / GB, 4)}
+        figures = {"memory_training_gb": round(self.monitor.training_bytes() / GB, 4)}
         if self.predicted_gb:
             figures["memory_predicted_gb"] = round(self.predicted_gb, 4)
         if tokens > self.first_tokens and elapsed > 0:
