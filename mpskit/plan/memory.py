@@ -31,10 +31,10 @@ FINETUNING = ("lora", "full")
 # tensors (tokenizer, dataset, trainer). The vocabulary-sized buffers came out at 1.02x, i.e. exact.
 # The fixed cost was 0.06 GB while the CPU's measure counted the shared-library pages a run faults in
 # (run/monitor.py); without them it was refitted on the quick cases and the out-of-memory rung's tiny
-# run (minimising the maximum error): 0.035 GB.
+# run (minimising the maximum error, the rung measured on a quiet and a busy machine): 0.031 GB.
 ACTIVATION_FACTOR = 1.51
 WEIGHT_FACTOR = 1.11
-RUN_OVERHEAD_BYTES = int(0.035 * GB)
+RUN_OVERHEAD_BYTES = int(0.031 * GB)
 # RSS of a process that has imported torch, transformers, peft, trl and LLaMA-Factory (0.89 GB in
 # every bench case, Linux, torch 2.14); it counts against RAM, not against a GPU.
 FRAMEWORK_BYTES = int(0.9 * GB)

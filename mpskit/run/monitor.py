@@ -81,7 +81,6 @@ class MemoryMonitor(TrainerCallback):
         self.baseline = self._read()
         self.uncounted = 0  # bytes in the readings that are not the run's, as of the last count
         self._uncounted_loading = 0  # as counted when training began
-        self._counted_at_train_end = False
         self.samples: list[tuple[float, int]] = []  # (seconds since start, bytes), one per 0.25 s at most
         self.peak = self.baseline
         self.loaded = self.baseline  # after the model loads, before the first step
@@ -105,30 +104,35 @@ class MemoryMonitor(TrainerCallback):
 
     def _observe(self, value: int, keep_after: float = 0.0) -> None:
         now = time.perf_counter() - self._started
-        self.peak = max(self.peak, value)
+        if self._read_peak is None:  # no exact high-water mark (MPS): the samples make the figure
+            self.peak = max(self.peak, value)
         if now >= keep_after:
             self.samples.append((now, value))
 
     def update_exact_peak(self) -> None:
-        """Counts the device's own high-water mark when it rose since the last look."""
+        """Counts the device's own high-water mark when it rose since the last look, and then what in
+        the readings is not the run's: as of the peak, not after it (libraries a later save or
+        evaluation first uses were not in it)."""
         if self._read_peak is not None:
             value = self._read_peak()
             if value > self._last_exact:
-                self._observe(value)
                 self._last_exact = value
+                self.uncounted = self._read_uncounted()
+                self.peak = max(self.peak, value - self.uncounted)
+                self._observe(value)
 
     def _now(self) -> float:
         return time.perf_counter() - self._started
 
     def training_bytes(self) -> int:
-        """What the run added at its highest, as of the last count of bytes not to count."""
-        return self.peak - self.uncounted - self.baseline
+        """What the run added at its highest so far."""
+        return self.peak - self.baseline
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.uncounted = self._read_uncounted()
         self.loaded = self._read() - self.uncounted
         self.update_exact_peak()
-        self.loading_peak = self.peak - self.uncounted
+        self.loading_peak = self.peak
         self._uncounted_loading = self.uncounted
         self.step_ends.append(time.perf_counter())
         self.train_began_s = self._now()
@@ -145,12 +149,6 @@ class MemoryMonitor(TrainerCallback):
         self._eval_start = None
         return control
 
-    def on_train_end(self, args, state, control, **kwargs):
-        # counted before LLaMA-Factory saves and evaluates: libraries first used then are the run's
-        self.uncounted = self._read_uncounted()
-        self._counted_at_train_end = True
-        return control
-
     def on_step_end(self, args, state, control, **kwargs):
         self.step_ends.append(time.perf_counter())
         return control
@@ -160,12 +158,10 @@ class MemoryMonitor(TrainerCallback):
         self._stop.set()
         self._thread.join()
         self.update_exact_peak()
-        if not self._counted_at_train_end:
-            self.uncounted = self._read_uncounted()
         return Measured(
             device=self.device,
             baseline_gb=round(self.baseline / GB, 4),
-            peak_gb=round((self.peak - self.uncounted) / GB, 4),
+            peak_gb=round(self.peak / GB, 4),
             training_gb=round(self.training_bytes() / GB, 4),
             loaded_gb=round((self.loaded - self.baseline) / GB, 4),
             loading_peak_gb=round((self.loading_peak - self.baseline) / GB, 4),
