@@ -30,8 +30,8 @@ def main() -> int:
         print(f"no model at {opts.model}; build one with `mpskit tiny-model {opts.model}`", file=sys.stderr)
         return 2
 
-    from mpskit.engine.foodpo import FooDPOConfig
     from mpskit.engine.foodpo_trainer import build_dpo_trainer
+    from mpskit.inputs.foodpo import FooDPOConfig
 
     args = {
         "model_name_or_path": opts.model, "template": "qwen", "stage": "dpo", "do_train": True,

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from lean_logits import HARDWARE, loss_diff, one_run, spread, write_measured, write_yaml  # noqa: E402
 from memory_accuracy import MODELS  # noqa: E402
 
+from mpskit.inputs.run_spec import RunSpec  # noqa: E402
 from mpskit.plan.measure import write_long_data  # noqa: E402
 from mpskit.plan.memory import FRAMEWORK_BYTES, GB, Knobs, dims_from_mapping, estimate  # noqa: E402
 
@@ -79,7 +80,7 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
     monitor = MemoryMonitor(device)  # after the imports: its baseline
     math_path = sdpa_kernel(SDPBackend.MATH) if arm == "math" else contextlib.nullcontext()
     with math_path:
-        paths = lf.run({**args, "lean_logits": True, "lean_attention": arm == "lean"}, callbacks=[monitor])
+        paths = lf.run(RunSpec.of({**args, "lean_logits": True, "lean_attention": arm == "lean"}), callbacks=[monitor])
     if paths["lean_attention"]["training"] != ("lean" if arm == "lean" else None):
         raise SystemExit(f"arm {arm}: lean attention ran as {paths['lean_attention']}")
     write_measured(monitor, out)

@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mpskit.inputs.run_spec import RunSpec  # noqa: E402
 from mpskit.plan.duration import steady_step_s  # noqa: E402
 from mpskit.plan.measure import OFFLINE, fresh_process_env, write_long_data  # noqa: E402
 
@@ -98,9 +99,9 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
 
     monitor = MemoryMonitor(device)  # after the imports: its baseline
     if arm == "lean":
-        lf.run({**args, "lean_logits": True}, callbacks=[monitor])
+        lf.run(RunSpec.of({**args, "lean_logits": True}), callbacks=[monitor])
     elif args["stage"] == "foodpo":
-        lf.run({**args, "lean_logits": False}, callbacks=[monitor])
+        lf.run(RunSpec.of({**args, "lean_logits": False}), callbacks=[monitor])
     else:  # LLaMA-Factory alone, as llamafactory-cli train
         run_exp({**args, "enable_liger_kernel": arm == "liger"}, callbacks=[monitor])
     write_measured(monitor, out)

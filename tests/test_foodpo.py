@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import ROOT
 
-from mpskit.engine.foodpo import FooDPOConfig, split_foodpo_args
 from mpskit.errors import MpskitError
+from mpskit.inputs.foodpo import FooDPOConfig, split_foodpo_args
 
 pytestmark = pytest.mark.xdist_group(__name__)
 

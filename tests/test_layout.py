@@ -125,29 +125,45 @@ def test_nothing_in_the_package_reads_the_tests_fault_switches():
     assert switches == []
 
 
+def _keys_named(tree: ast.AST, keys: set[str], dict_keys: bool) -> list[ast.Constant]:
+    """The constants among `keys` that index a mapping (a subscript, .get/.pop/.setdefault) or, with
+    dict_keys, key a dict literal."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            found.append(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            found += [node.args[0]] if node.func.attr in ("get", "pop", "setdefault") else []
+        elif dict_keys and isinstance(node, ast.Dict):
+            found += [key for key in node.keys if key is not None]
+    return [key for key in found if isinstance(key, ast.Constant) and key.value in keys]
+
+
 def test_mpskits_own_settings_are_read_by_name_only_in_their_homes():
-    """lean_logits, lean_attention (knobs.OwnKnobs) and the RunSettings fields are read or written by
-    key (a subscript, .get/.pop/.setdefault, a dict literal's key) only where they are defined and
-    checked: knobs, run_settings, validate's ranges and the record's own reading (rundir). Everywhere
-    else they are fields of a typed value."""
+    """mpskit's own settings are read or written by key only where they are defined and checked.
+
+    - lean_logits, lean_attention (knobs.OwnKnobs), the RunSettings fields and fooDPO's keys
+      (foodpo.FooDPOConfig): a subscript, .get/.pop/.setdefault or a dict literal's key, only in knobs,
+      run_settings, foodpo, run_spec, validate's ranges and the record's own reading (rundir);
+    - the choices that pick layers (preset, model_preset, hardware, device): read only in resolve,
+      which pops them from the user's keys (a dict literal elsewhere is an output's field name).
+    Everywhere else they are fields of a typed value."""
     import dataclasses
 
+    from mpskit.inputs.foodpo import FOODPO_KEYS
     from mpskit.inputs.knobs import OWN_KEYS
+    from mpskit.inputs.resolve import MPSKIT_KEYS
     from mpskit.inputs.run_settings import RunSettings
 
-    keys = set(OWN_KEYS) | {item.name for item in dataclasses.fields(RunSettings)}
-    homes = {"mpskit.inputs.knobs", "mpskit.inputs.run_settings", "mpskit.inputs.validate", "mpskit.rundir"}
+    settings = set(OWN_KEYS) | {item.name for item in dataclasses.fields(RunSettings)} | set(FOODPO_KEYS)
+    choices = set(MPSKIT_KEYS) - settings - {"run_name"}  # run_name is transformers' too
+    assert choices == {"preset", "model_preset", "hardware", "device"}
+    homes = {"mpskit.inputs.knobs", "mpskit.inputs.run_settings", "mpskit.inputs.foodpo", "mpskit.inputs.run_spec",
+             "mpskit.inputs.validate", "mpskit.rundir"}  # fmt: skip
     named = []
     for name, tree in modules().items():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Subscript):
-                found = [node.slice]
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
-                found = [node.args[0]] if node.func.attr in ("get", "pop", "setdefault") else []
-            elif isinstance(node, ast.Dict):
-                found = [key for key in node.keys if key is not None]
-            else:
-                found = []
-            named += [f"{name}:{key.lineno} {key.value}" for key in found
-                      if isinstance(key, ast.Constant) and key.value in keys and name not in homes]  # fmt: skip
+        if name not in homes:
+            named += [f"{name}:{key.lineno} {key.value}" for key in _keys_named(tree, settings, dict_keys=True)]
+        if name != "mpskit.inputs.resolve":
+            named += [f"{name}:{key.lineno} {key.value}" for key in _keys_named(tree, choices, dict_keys=False)]
     assert named == []

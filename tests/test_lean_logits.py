@@ -16,7 +16,7 @@ import torch
 import yaml
 from conftest import ROOT, run_mpskit
 
-from mpskit.engine.foodpo import FooDPOConfig
+from mpskit.inputs.foodpo import FooDPOConfig
 from mpskit.plan.memory import LEAN_MODEL_TYPES
 
 pytestmark = pytest.mark.xdist_group(__name__)

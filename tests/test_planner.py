@@ -282,20 +282,30 @@ def test_the_dtype_rule_on_every_apple_profile(profile, model, cutoff):
 
 
 def test_each_setting_of_mpskits_own_has_one_default_and_the_readme_states_it():
-    """mpskit's own knobs default in one place (knobs.OWN_KEYS), its other settings in another
-    (RunSettings): a run that gives none has them, and the README's key table says each."""
+    """mpskit's own knobs default in one place (knobs.OwnKnobs), fooDPO's in another (FooDPOConfig), its
+    other settings in a third (RunSettings): a RunSpec and a run that give none have them, and the
+    README's key table says each."""
     import dataclasses
     import re
 
+    from mpskit.inputs.foodpo import FIELDS, FooDPOConfig
     from mpskit.inputs.knobs import OWN_KEYS, OwnKnobs, from_args, own_settings
     from mpskit.inputs.run_settings import RunSettings
+    from mpskit.inputs.run_spec import RunSpec
 
-    defaults = {**OWN_KEYS, **{f.name: f.default for f in dataclasses.fields(RunSettings)}}
+    foodpo = {key: getattr(FooDPOConfig(), name) for key, name in FIELDS.items()}
+    defaults = {**OWN_KEYS, **{f.name: f.default for f in dataclasses.fields(RunSettings)}, **foodpo}
     readme = (ROOT / "README.md").read_text()
     said = {key: re.search(rf"^\| `{key}` \| default (`[^`]+`|unset)", readme, re.M)[1] for key in defaults}
     words = {True: "`true`", False: "`false`", None: "unset"}
-    assert said == {key: words[value] if value in words else f"`{value}`" for key, value in defaults.items()}
+
+    def stated(value) -> str:
+        return words[value] if value is None or isinstance(value, bool) else f"`{value}`"
+
+    assert said == {key: stated(value) for key, value in defaults.items()}
     run = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b"}, hardware="cpu")
     assert run.settings == RunSettings() and own_settings(run.args) == OwnKnobs()
+    assert RunSpec.of({}) == RunSpec() and RunSpec().lean == OwnKnobs() and RunSpec().foodpo is None
+    assert RunSpec.of({"stage": "foodpo"}).foodpo == FooDPOConfig()
     knobs = from_args(run.args)
     assert (knobs.lean_logits, knobs.lean_attention) == (OWN_KEYS["lean_logits"], OWN_KEYS["lean_attention"])

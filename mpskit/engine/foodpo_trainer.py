@@ -12,8 +12,8 @@ import functools
 import torch
 from llamafactory.extras.constants import IGNORE_INDEX
 
-from mpskit.engine.foodpo import FooDPOConfig
 from mpskit.engine.lean_trainers import CustomDPOTrainer, LeanDPOTrainer, LeanPath, build_trainer
+from mpskit.inputs.foodpo import FooDPOConfig
 
 
 def prompt_positions(labels: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,8 @@ import importlib.util
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.knobs import OWN_KEYS, own_settings, split_own
+from mpskit.inputs.knobs import OWN_KEYS
+from mpskit.inputs.run_spec import RunSpec
 from mpskit.inputs.token_lengths import read_tokenizer
 from mpskit.rundir import args_text, write_atomic
 from mpskit.stages import stage_of
@@ -100,7 +101,7 @@ def _field(node: ast.stmt) -> tuple[str, str | None] | None:
 def check_keys(args: dict, keys: set[str] | None = None) -> None:
     """Fail on the first key LLaMA-Factory (or, for stage foodpo, fooDPO) does not know, with a hint.
     `keys`: LLaMA-Factory's keys when the caller has them already (`plan`: key_names())."""
-    from mpskit.engine.foodpo import FOODPO_KEYS
+    from mpskit.inputs.foodpo import FOODPO_KEYS
 
     keys = (keys or known_keys()) | set(OWN_KEYS) | (set(FOODPO_KEYS) if args.get("stage") == "foodpo" else set())
     for key in args:
@@ -237,7 +238,7 @@ def _typed_by_llamafactory(texts: dict[str, str | None]) -> dict:
 
 def yaml_text(args: dict) -> str:
     """llamafactory.yaml's text: every argument but mpskit's lean-path switches."""
-    return args_text(split_own(args)[0])
+    return args_text(RunSpec.of(args).yaml_args())
 
 
 def write_yaml(args: dict, path: str | Path) -> Path:
@@ -259,7 +260,7 @@ def import_engine():
     return run_exp
 
 
-def run(args: dict, callbacks: list | None = None) -> tuple[dict, dict]:
+def run(spec: RunSpec, callbacks: list | None = None) -> tuple[dict, dict]:
     """Train through LLaMA-Factory's own entry point, exactly as `llamafactory-cli train` does.
 
     Narrow swaps first: trainer_log.jsonl keeps every logged metric; the pt, rm and kto workflows build
@@ -277,20 +278,17 @@ def run(args: dict, callbacks: list | None = None) -> tuple[dict, dict]:
 
     trainer_log.install()
     resumable.install()
-    lean_stage = stage_of(args.get("stage")).lean
-    own = own_settings(args)  # auto lean attention runs only where the planner turned it on
-    args = split_own(args)[0]
-    lean = lean_trainers.LeanPath(bool(own.lean_logits) and lean_stage)
-    attention = LeanAttention(bool(own.lean_attention) and lean_stage)
-    is_foodpo = args.get("stage") == "foodpo"
-    if is_foodpo:
-        from mpskit.engine.foodpo import split_foodpo_args
+    lean_stage = stage_of(spec.args.get("stage")).lean
+    lean = lean_trainers.LeanPath(bool(spec.lean.lean_logits) and lean_stage)
+    # auto (None) lean attention runs only where the planner turned it on
+    attention = LeanAttention(bool(spec.lean.lean_attention) and lean_stage)
+    if spec.foodpo is not None:
         from mpskit.engine.foodpo_trainer import FooDPOTrainer
 
-        args, config = split_foodpo_args(args)
-        lean_trainers.install(lean, attention, FooDPOTrainer, foodpo=config)
+        lean_trainers.install(lean, attention, FooDPOTrainer, foodpo=spec.foodpo)
     else:
         lean_trainers.install(lean, attention)
+    args = spec.engine_args()
     with contextlib.ExitStack() as quantized:
         if args.get("quantization_bit") is not None:
             from mpskit.engine.quantized import read_on_demand, trim_between_layers

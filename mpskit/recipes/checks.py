@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 from mpskit.engine import lf
-from mpskit.engine.foodpo import split_foodpo_args
 from mpskit.errors import MpskitError, warn
 from mpskit.inputs import quantization
 from mpskit.inputs.dataset_checks import check_conversion, check_datasets
@@ -23,6 +22,7 @@ from mpskit.inputs.knobs import from_args
 from mpskit.inputs.optional_packages import missing_packages
 from mpskit.inputs.presets import preset_model_dir
 from mpskit.inputs.resolve import ResolvedRun, cuda_only, other_file
+from mpskit.inputs.run_spec import RunSpec
 from mpskit.plan import advice
 from mpskit.plan.memory import GB, checkpoint_bytes, trainable_params
 from mpskit.plan.planner import Plan
@@ -40,7 +40,7 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
     check_datasets(run.args)
     check_resume_from(run.args.get("resume_from_checkpoint"), run.args)
     if run.stage == "foodpo":
-        split_foodpo_args(run.args)  # fail on bad fooDPO settings before anything loads
+        RunSpec.of(run.args)  # fail on bad fooDPO settings before anything loads
     try:
         planned, memory_plan = advice.planned(run)
     except MpskitError as err:

@@ -23,6 +23,7 @@ from mpskit.inputs.launch import inside_launch, launch
 from mpskit.inputs.mps_env import env_values
 from mpskit.inputs.plain_data import dataset_info_text, moved_to, row_counts
 from mpskit.inputs.resolve import ResolvedRun
+from mpskit.inputs.run_spec import RunSpec
 from mpskit.plan import planner
 from mpskit.plan.advice import plan_duration
 from mpskit.plan.memory import GB
@@ -41,6 +42,7 @@ from mpskit.rundir import (
     Memory,
     RunDir,
     RunRecord,
+    args_text,
     check_rebuildable,
     checkpoints,
     claim_run_dir,
@@ -75,7 +77,8 @@ def write_run_dir(
 def _write_claimed(
     path: Path, run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan, ladder: Ladder | None
 ) -> RunDir:
-    args, own = knobs.split_own(run.args)
+    spec = RunSpec.of(run.args)
+    args = spec.yaml_args()
     args["output_dir"] = written_output_dir(path)
     files = {}
     if run.datasets:  # plain data files: registered in the run folder itself
@@ -91,7 +94,7 @@ def _write_claimed(
         environment=env,
         mps_hidden=run.hide_mps,
         llamafactory_args=args,
-        mpskit_args=own,
+        mpskit_args=spec.record_args(),
         changed_from_given=changed,
         model_dims=run.model_dims,
         data_rows=row_counts(run.datasets),
@@ -104,7 +107,7 @@ def _write_claimed(
         started=time.strftime("%Y-%m-%dT%H:%M:%S"),
         versions={pkg: installed_version(pkg) for pkg in VERSIONED},
     )
-    return RunDir.create(path, record, lf.yaml_text(args), files)
+    return RunDir.create(path, record, args_text(args), files)
 
 
 def written_output_dir(path: Path) -> str:

@@ -25,6 +25,7 @@ from mpskit.engine import lf
 from mpskit.errors import Interrupted, MpskitError, NextRung, RunFailed
 from mpskit.inputs.knobs import LADDER, OWN_KEYS, Knobs, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.inputs.launch import inside_launch, rank
+from mpskit.inputs.run_spec import RunSpec
 from mpskit.plan.duration import steady_step_s
 from mpskit.run.boundary import keep_traceback, one_line
 from mpskit.run.oom import OutOfMemory, recognise
@@ -109,7 +110,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                 progress = ProgressLine(monitor, predicted, log_file)
                 started = OnTrainBegin(lambda: _point_latest(run))
                 callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started]
-                lean_paths = lf.run(attempt_args, callbacks=callbacks)  # what each lean path did
+                lean_paths = lf.run(RunSpec.of(attempt_args), callbacks=callbacks)  # what each lean path did
     except Stopped as stop:
         attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
         _record_attempt(run, _with_measured(attempt, monitor))

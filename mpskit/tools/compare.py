@@ -11,9 +11,11 @@ import statistics
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.inputs.run_spec import RunSpec
 from mpskit.rundir import RunDir, cannot_write, writing
 
-COLUMNS = ("run", "stage", "pref_beta_scale", "final_train_loss", "eval_rewards/accuracies",
+SCALE = "pref_beta_scale"  # the column named after fooDPO's setting (read from the run's RunSpec)
+COLUMNS = ("run", "stage", SCALE, "final_train_loss", "eval_rewards/accuracies",
            "eval_rewards/log_ratio_gap", "eval_rewards/margins", "mean_dynamic_beta")  # fmt: skip
 
 
@@ -28,7 +30,7 @@ def summarise_run(run_dir: Path) -> dict:
     return {
         "run": f"{run_dir.parent.name}/{run_dir.name}",
         "stage": record.stage,
-        "pref_beta_scale": args.get("pref_beta_scale", 0.0) if record.stage == "foodpo" else "-",
+        SCALE: foodpo.pref_beta_scale if (foodpo := RunSpec.of(args).foodpo) else "-",
         "final_train_loss": train_rows[-1]["loss"] if train_rows else float("nan"),
         "eval_rewards/accuracies": results.get("eval_rewards/accuracies"),
         "eval_rewards/log_ratio_gap": _log_ratio_gap(results, record.stage, args),
@@ -123,7 +125,7 @@ def _plot(runs: list[dict], path: Path) -> None:
 def distinct_labels(runs: list[dict]) -> list[str]:
     """One label per run: its stage (fooDPO with its pref_beta_scale), and its run name where two
     would otherwise read the same, then its place in the list where even that repeats."""
-    kinds = [run["stage"] if run["stage"] != "foodpo" else f"foodpo scale {run['pref_beta_scale']}" for run in runs]
+    kinds = [run["stage"] if run["stage"] != "foodpo" else f"foodpo scale {run[SCALE]}" for run in runs]
     labels = [
         kind if kinds.count(kind) == 1 else f"{kind} ({run['run']})" for kind, run in zip(kinds, runs, strict=True)
     ]

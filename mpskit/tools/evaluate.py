@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 from mpskit.engine import lf
-from mpskit.engine.foodpo import FOODPO_KEYS
 from mpskit.errors import MpskitError
 from mpskit.inputs.dataset_checks import check_datasets
+from mpskit.inputs.foodpo import FOODPO_KEYS
+from mpskit.inputs.run_spec import RunSpec
 from mpskit.recipes.checks import check_model
 from mpskit.run.quiet import library_output
 from mpskit.stages import stage_of
@@ -59,7 +60,7 @@ def evaluate_run(
         out = run.new_folder("eval", f"{folder}-{time.strftime('%Y%m%d-%H%M%S')}")
         eval_args["output_dir"] = str(out)
         with library_output(out):  # LLaMA-Factory prints its metrics; stdout is the table's
-            lf.run(eval_args)
+            lf.run(RunSpec.of(eval_args))
         results = run.results(out)
     row = {"run": os.path.relpath(run.path), "stage": stage, "eval dataset": dataset}
     return {**row, **{column: results.get(column) for column in COLUMNS[3:]}}

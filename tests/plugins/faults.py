@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -74,7 +75,7 @@ class FakeKill(TrainerCallback):
 _attempts_here = 0  # training attempts this process has started
 
 
-def faults_for(args: dict) -> list[TrainerCallback]:
+def faults_for(args: Mapping) -> list[TrainerCallback]:
     """The faults the environment asks for, for the attempt about to train with ARGS."""
     global _attempts_here
     _attempts_here += 1
@@ -93,8 +94,8 @@ def install() -> None:
         return
     plain = lf.run
 
-    def run_with_faults(args: dict, callbacks: list | None = None) -> tuple[dict, dict]:
-        return plain(args, callbacks=[*(callbacks or []), *faults_for(args)])
+    def run_with_faults(spec, callbacks: list | None = None) -> tuple[dict, dict]:
+        return plain(spec, callbacks=[*(callbacks or []), *faults_for(spec.args)])
 
     run_with_faults.with_faults = True
     lf.run = run_with_faults

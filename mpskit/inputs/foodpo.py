@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from mpskit.errors import MpskitError
 from mpskit.inputs.validate import check_value
 
-FOODPO_KEYS = ("pref_beta_scale", "foodpo_beta_min", "foodpo_beta_max", "foodpo_ppl_source")
 PPL_SOURCES = ("policy", "reference")
 # LLaMA-Factory 0.9.5's pref_loss values. kto_pair is gone from trl 0.24's dpo_loss.
 SUPPORTED_LOSSES = ("sigmoid", "hinge", "ipo", "orpo", "simpo")
@@ -25,10 +24,18 @@ NO_REFERENCE_LOSSES = ("orpo", "simpo")
 
 @dataclass(frozen=True)
 class FooDPOConfig:
-    pref_beta_scale: float = 0.0
-    beta_min: float | None = None
+    """fooDPO's settings, each with its one default."""
+
+    pref_beta_scale: float = 0.0  # 0: every beta is pref_beta, i.e. LLaMA-Factory's DPO
+    beta_min: float | None = None  # clamps of the per-example beta; None: unclamped
     beta_max: float | None = None
-    ppl_source: str = "policy"
+    ppl_source: str = "policy"  # whose perplexity scales beta: policy or reference
+
+
+# the run file's key -> FooDPOConfig's field
+FIELDS = {"pref_beta_scale": "pref_beta_scale", "foodpo_beta_min": "beta_min", "foodpo_beta_max": "beta_max",
+          "foodpo_ppl_source": "ppl_source"}  # fmt: skip
+FOODPO_KEYS = tuple(FIELDS)
 
 
 def _number(args: dict, key: str) -> float | None:
@@ -49,19 +56,16 @@ def split_foodpo_args(args: dict) -> tuple[dict, FooDPOConfig]:
             f"pref_loss '{loss}' cannot take fooDPO's per-example beta (trl 0.24's DPO loss has no {loss})",
             f"use one of {', '.join(SUPPORTED_LOSSES)}",
         )
-    source = args.get("foodpo_ppl_source", "policy")
+    source = args.get("foodpo_ppl_source", FooDPOConfig.ppl_source)
     if source not in PPL_SOURCES:
         raise MpskitError(f"foodpo_ppl_source is {source!r}", "use policy or reference")
     if source == "reference" and loss in NO_REFERENCE_LOSSES:
         raise MpskitError(
             f"foodpo_ppl_source: reference needs a reference model, which {loss} has none of", "use policy"
         )
-    config = FooDPOConfig(
-        pref_beta_scale=_number(args, "pref_beta_scale") or 0.0,
-        beta_min=_number(args, "foodpo_beta_min"),
-        beta_max=_number(args, "foodpo_beta_max"),
-        ppl_source=source,
-    )
+    numbers = {name: _number(args, key) for key, name in FIELDS.items() if name != "ppl_source" and key in args}
+    numbers = {name: number for name, number in numbers.items() if number is not None}
+    config = FooDPOConfig(**numbers, ppl_source=source)
     if config.beta_min is not None and config.beta_max is not None and config.beta_min > config.beta_max:
         raise MpskitError("foodpo_beta_min is above foodpo_beta_max", "swap them")
     return lf_args, config
