@@ -39,8 +39,7 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
     check_lora_target(run.args)
     check_datasets(run.args)
     check_resume_from(run.args.get("resume_from_checkpoint"), run.args)
-    if run.stage == "foodpo":
-        RunSpec.of(run.args)  # fail on bad fooDPO settings before anything loads
+    RunSpec.of(run.args)  # fail on bad fooDPO settings before anything loads
     try:
         planned, memory_plan = advice.planned(run)
     except MpskitError as err:
