@@ -100,7 +100,8 @@ def test_sft_estimate_part_by_part():
     saved = 2 * tokens * (8 * 64 + 4 * 256 + 56) * 4  # two layers, float32
     assert parts["activations"] == pytest.approx(ACTIVATION_FACTOR * saved, abs=2)
     assert parts["logits (float32)"] == LOGIT_COPIES["sft"] * tokens * 1000 * 4
-    assert parts["overhead"] == int(RUN_OVERHEAD_BYTES)
+    assert parts["overhead"] == RUN_OVERHEAD_BYTES["cpu"]
+    assert estimate(TOY, knobs, "sft", "cuda").parts["overhead"] == RUN_OVERHEAD_BYTES["gpu"]
 
 
 def test_dpo_doubles_the_sequences_and_adds_the_reference_forward():
