@@ -14,6 +14,7 @@ import importlib.util
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.inputs.foodpo import FOODPO_KEYS
 from mpskit.inputs.knobs import OWN_KEYS
 from mpskit.inputs.run_spec import RunSpec
 from mpskit.inputs.token_lengths import read_tokenizer
@@ -101,8 +102,6 @@ def _field(node: ast.stmt) -> tuple[str, str | None] | None:
 def check_keys(args: dict, keys: set[str] | None = None) -> None:
     """Fail on the first key LLaMA-Factory (or, for stage foodpo, fooDPO) does not know, with a hint.
     `keys`: LLaMA-Factory's keys when the caller has them already (`plan`: key_names())."""
-    from mpskit.inputs.foodpo import FOODPO_KEYS
-
     keys = (keys or known_keys()) | set(OWN_KEYS) | (set(FOODPO_KEYS) if args.get("stage") == "foodpo" else set())
     for key in args:
         if key not in keys:

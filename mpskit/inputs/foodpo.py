@@ -63,8 +63,9 @@ def split_foodpo_args(args: dict) -> tuple[dict, FooDPOConfig]:
         raise MpskitError(
             f"foodpo_ppl_source: reference needs a reference model, which {loss} has none of", "use policy"
         )
-    numbers = {name: _number(args, key) for key, name in FIELDS.items() if name != "ppl_source" and key in args}
-    numbers = {name: number for name, number in numbers.items() if number is not None}
+    numbers = {
+        name: _number(args, key) for key, name in FIELDS.items() if name != "ppl_source" and args.get(key) is not None
+    }
     config = FooDPOConfig(**numbers, ppl_source=source)
     if config.beta_min is not None and config.beta_max is not None and config.beta_min > config.beta_max:
         raise MpskitError("foodpo_beta_min is above foodpo_beta_max", "swap them")

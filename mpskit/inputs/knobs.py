@@ -72,7 +72,7 @@ def own_settings(args: dict) -> OwnKnobs:
 
 def split_own(args: dict) -> tuple[dict, dict]:
     """ARGS as two: LLaMA-Factory's (what llamafactory.yaml says), and mpskit's own knobs that ARGS
-    give (what the record's mpskit_args keep)."""
+    give (run_spec.RunSpec reads them into OwnKnobs)."""
     return ({key: value for key, value in args.items() if key not in OWN_KEYS},
             {key: value for key, value in args.items() if key in OWN_KEYS})  # fmt: skip
 ATTENTION = {"disabled": "eager", "fa2": "fa2"}  # flash_attn value -> Knobs.attention; anything else: sdpa
