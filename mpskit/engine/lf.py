@@ -266,8 +266,9 @@ def run(spec: RunSpec, callbacks: list | None = None) -> tuple[dict, dict]:
     resumable trainers (resumable.py); the SFT and DPO workflows build mpskit's lean trainers
     (LLaMA-Factory's own, with one method replaced, and lean attention set on their models);
     `stage: foodpo` becomes LLaMA-Factory's DPO workflow building the fooDPO trainer. A base quantized
-    as it loads is read tensor by tensor, never memory-mapped, and on glibc the heap is trimmed
-    before each decoder layer runs (quantized.py).
+    as it loads is read tensor by tensor, never memory-mapped, on glibc the heap is trimmed before
+    each decoder layer runs, and its 4-bit layers keep their training layout through evaluations
+    (quantized.py).
     Returns what each lean path did, lean logits' and lean attention's (for mpskit.json).
     """
     from mpskit.engine import lean_trainers, resumable, trainer_log
@@ -290,9 +291,10 @@ def run(spec: RunSpec, callbacks: list | None = None) -> tuple[dict, dict]:
     args = spec.engine_args()
     with contextlib.ExitStack() as quantized:
         if args.get("quantization_bit") is not None:
-            from mpskit.engine.quantized import read_on_demand, trim_between_layers
+            from mpskit.engine.quantized import read_on_demand, training_layout, trim_between_layers
 
             quantized.enter_context(read_on_demand())
             quantized.enter_context(trim_between_layers())
+            quantized.enter_context(training_layout())
         run_exp(args, callbacks=callbacks or [])
     return lean.report, attention.report

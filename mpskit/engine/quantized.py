@@ -163,6 +163,28 @@ def trim_between_layers() -> Iterator[None]:
         handle.remove()
 
 
+@contextlib.contextmanager
+def training_layout() -> Iterator[None]:
+    """Within: 4-bit layers keep the weight layout they train with, in evaluation too.
+
+    On a CPU with AVX512-BF16, bitsandbytes' `Linear4bit.forward` repacks its weight for a faster
+    inference kernel the first time it runs in eval mode without gradients (a held-out evaluation), and
+    nothing packs it back: the next training step then fails in `matmul_4bit`, which adds a layer's bias
+    in place (Qwen's q/k/v) to a result that requires grad. A layer built within never repacks, so a
+    held-out evaluation runs the very kernel training runs, and training goes on after it. MPS and CUDA
+    never take that branch (it is for CPU inputs only); `mpskit chat` and `eval`, which never train,
+    keep the fast inference layout."""
+    import_bitsandbytes()
+    from bitsandbytes.nn import modules
+
+    detected = modules.has_avx512bf16
+    modules.has_avx512bf16 = lambda: False
+    try:
+        yield
+    finally:
+        modules.has_avx512bf16 = detected
+
+
 def round_trip(device: str) -> float:
     """A random weight quantized to NF4 (double quantization, as LLaMA-Factory asks) on `device` and
     dequantized: the mean error over the mean size of its values (about 0.09 when 4 bits work)."""
