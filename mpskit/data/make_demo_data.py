@@ -102,7 +102,9 @@ def main() -> None:
             files.append(("demo_kto", kto))
         for name, data in files:
             (out / f"{name}.json").write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    info = {name: {"file_name": f"{name}.json"} for name in ("demo_sft", "demo_sft_eval")} | {
+    info_path = out / "dataset_info.json"
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}  # make_real_data.py's
+    info |= {name: {"file_name": f"{name}.json"} for name in ("demo_sft", "demo_sft_eval")} | {
         name: {
             "file_name": f"{name}.json",
             "ranking": True,
@@ -114,7 +116,7 @@ def main() -> None:
         "file_name": "demo_kto.json",
         "columns": {"prompt": "instruction", "query": "input", "response": "output", "kto_tag": "kto_tag"},
     }
-    (out / "dataset_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
