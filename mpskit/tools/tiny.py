@@ -43,9 +43,7 @@ def ensure_preset_model(data_dir: str | Path | None = None) -> tuple[Path, bool]
 
 def _corpus(data_dir: Path) -> list[str]:
     texts = []
-    for path in sorted(data_dir.glob("*.json")):
-        if path.name == "dataset_info.json":
-            continue
+    for path in sorted(data_dir.glob("demo_*.json")):  # the demo sets only: the real model's are not its
         for row in json.loads(path.read_text(encoding="utf-8")):
             texts += [str(value) for value in row.values() if value]
     texts.append("system user assistant You are a helpful assistant.")
