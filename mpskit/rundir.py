@@ -56,6 +56,8 @@ class Measured:
     training_gb: float = 0.0  # the peak above the baseline: "peak train memory", the plan's figure
     loaded_gb: float = 0.0  # after the model loaded, before the first step
     loading_peak_gb: float = 0.0  # the highest until then
+    step_gb: float | None = None  # the highest in training steps, evaluations left out (None: not kept apart)
+    eval_gb: float | None = None  # the highest in a held-out evaluation (None: none ran, or not kept apart)
     step_seconds: list[float] = field(default_factory=list)  # each optimizer step's wall time
     train_began_s: float | None = None  # seconds since the monitor started
     eval_spans_s: list[list[float]] = field(default_factory=list)  # [begin, end] of each evaluation
@@ -118,6 +120,7 @@ class Duration:
     epochs: float | None = None
     source: str = ""  # where the throughput figures come from
     measured_figures: bool = False  # whether they were measured on this machine
+    unmeasured: str = ""  # why no duration was predicted (a quantized base on a device never timed so)
     measured_s: float = 0.0  # the training steps' time
     measured_steps: int = 0
     measured_step_s: float | None = None  # median

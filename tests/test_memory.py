@@ -15,6 +15,7 @@ from mpskit.plan.memory import (
     WEIGHT_FACTOR,
     Knobs,
     ModelDims,
+    activation_width,
     attention_block_bytes,
     dims_from_mapping,
     estimate,
@@ -54,8 +55,10 @@ def test_counts_match_transformers_and_peft():
     assert sum(p.numel() for p in lora.parameters() if p.requires_grad) == TOY.lora_params(16)
 
 
-def test_weights_are_counted_at_the_checkpoints_dtype_where_it_is_wider_than_the_plans():
-    """LLaMA-Factory loads with torch_dtype="auto": a float32 checkpoint keeps float32 weights under bf16."""
+def test_weights_are_counted_at_the_checkpoints_dtype_and_activations_at_the_autocast_or_its_own():
+    """LLaMA-Factory loads with torch_dtype="auto": a float32 checkpoint keeps float32 weights under bf16, a
+    bf16 one keeps bf16 weights under float32, and without autocast it computes in bf16 (measured on the
+    real model: bench/real.py)."""
     hf = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
           "intermediate_size": 4864, "vocab_size": 151936}  # fmt: skip
     fp32_checkpoint = dims_from_mapping({**hf, "dtype": "float32"})
@@ -67,7 +70,10 @@ def test_weights_are_counted_at_the_checkpoints_dtype_where_it_is_wider_than_the
 
     assert weights(fp32_checkpoint, "bf16") == weights(QWEN25_05B, "fp32") == int(WEIGHT_FACTOR * 494_032_768 * 4)
     assert weights(bf16_checkpoint, "bf16") == weights(QWEN25_05B, "bf16") == int(WEIGHT_FACTOR * 494_032_768 * 2)
-    assert weights(bf16_checkpoint, "fp32") == weights(QWEN25_05B, "fp32")  # narrower: the plan's width
+    assert weights(bf16_checkpoint, "fp32") == weights(QWEN25_05B, "bf16")  # narrower: as stored
+    knobs = Knobs(batch=1, cutoff_len=256)
+    assert activation_width(bf16_checkpoint, knobs) == 2 and activation_width(QWEN25_05B, knobs) == 4
+    assert activation_width(fp32_checkpoint, replace(knobs, dtype="bf16")) == 2  # autocast
 
 
 def test_dims_from_a_hugging_face_config_and_from_a_preset_agree():

@@ -4,6 +4,7 @@ import json
 import random
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from conftest import ROOT, run_mpskit
@@ -12,7 +13,7 @@ from mpskit.inputs.hardware import load_hardware
 from mpskit.inputs.resolve import resolve
 from mpskit.plan.advice import plan_run
 from mpskit.plan.budget import SAFETY_MARGIN, budget_for
-from mpskit.plan.memory import FRAMEWORK_BYTES, GB, ModelDims
+from mpskit.plan.memory import FRAMEWORK_BYTES, GB, ModelDims, estimate
 from mpskit.plan.planner import plan
 
 QWEN15_05B = ModelDims(hidden=1024, layers=24, heads=16, kv_heads=16, ffn=2816, vocab=151936, model_type="qwen2")
@@ -309,3 +310,26 @@ def test_each_setting_of_mpskits_own_has_one_default_and_the_readme_states_it():
     assert RunSpec.of({"stage": "foodpo"}).foodpo == FooDPOConfig()
     knobs = from_args(run.args)
     assert (knobs.lean_logits, knobs.lean_attention) == (OWN_KEYS["lean_logits"], OWN_KEYS["lean_attention"])
+
+
+def test_the_held_out_pass_is_planned_and_its_batch_lowered_until_it_fits():
+    from mpskit.plan.plan_report import plan_lines
+
+    words = {"stage": "foodpo", "model_preset": "qwen2.5-7b", "cutoff_len": 2048, "min_cutoff_len": 2048}
+    run = resolve(words, hardware="m1-pro-16gb")
+    result = plan_run(run)
+    chosen = result.chosen
+    assert result.fits and run.args["per_device_eval_batch_size"] == 8  # the stage preset's
+    assert 1 <= chosen.knobs.eval_batch < 8 and chosen.estimate.eval_parts
+    limit = result.budget.training_bytes * (1 - SAFETY_MARGIN)
+    assert chosen.estimate.training == max(chosen.estimate.step, chosen.estimate.evaluation) <= limit
+    twice = replace(chosen.knobs, eval_batch=chosen.knobs.eval_batch * 2)  # the next batch up would not fit
+    assert estimate(result.dims, twice, "foodpo", "mps").evaluation > limit
+    lines = plan_lines(run, result)
+    assert f"evaluation (the peak of one held-out batch of {chosen.knobs.eval_batch}, no gradients)" in lines
+    assert any(line.startswith("  = peak ") and line.endswith(f"({chosen.estimate.peak_moment})") for line in lines)
+    assert f"evaluation batch 8 -> {chosen.knobs.eval_batch}: the held-out pass at 8 does not fit" in result.changes
+    pinned = plan_run(resolve({**words, "per_device_eval_batch_size": 8}, hardware="m1-pro-16gb"))
+    assert not pinned.fits  # a batch the user set is kept: the held-out pass at 8 fits in no setting
+    quiet = plan_run(resolve({**words, "eval_strategy": "no"}, hardware="m1-pro-16gb"))
+    assert quiet.chosen.knobs.eval_batch is None and not quiet.chosen.estimate.eval_parts

@@ -35,6 +35,7 @@ class Knobs:
     # attention by blocks of queries, never the heads x s x s matrices; None (auto): on wherever
     # attention would otherwise be materialised (memory.lean_attention_runs)
     lean_attention: bool | None = None
+    eval_batch: int | None = None  # per-device held-out batch (sequences; DPO pairs); None: no evaluation
 
 
 # knob -> the keys that set it; a knob is pinned when the user or the hardware profile sets any of
@@ -51,6 +52,7 @@ KEYS = {
     "zero": ("deepspeed",),
     "lean_logits": ("lean_logits",),  # mpskit's own keys: recorded in mpskit.json, not in the YAML
     "lean_attention": ("lean_attention",),
+    "eval_batch": ("per_device_eval_batch_size",),
 }
 PLANNER_KEYS = tuple(key for keys in KEYS.values() for key in keys)
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def split_own(args: dict) -> tuple[dict, dict]:
             {key: value for key, value in args.items() if key in OWN_KEYS})  # fmt: skip
 ATTENTION = {"disabled": "eager", "fa2": "fa2"}  # flash_attn value -> Knobs.attention; anything else: sdpa
 DEFAULT_OPTIM = "adamw_torch"
-DEFAULT_BATCH = 8  # transformers' per_device_train_batch_size when a run file leaves it out
+DEFAULT_BATCH = 8  # transformers' per_device_train_batch_size (and eval batch) when a run file leaves it out
 EIGHT_BIT_OPTIM = "paged_adamw_8bit"
 # The give-up order's floors: what the planner and the ladder lower no further.
 MIN_LORA_RANK = 4
@@ -109,6 +111,16 @@ def effective_batch(args: dict) -> int:
 
 def micro_batch(args: dict) -> int:
     return int(args.get("per_device_train_batch_size", DEFAULT_BATCH))
+
+
+def evaluates(args: dict) -> bool:
+    """Whether the run evaluates on held-out data: an eval_strategy, or do_eval (at the end)."""
+    return str(args.get("eval_strategy") or "no") != "no" or args.get("do_eval") is True
+
+
+def eval_batch(args: dict) -> int | None:
+    """The held-out batch per device, None where the run does not evaluate."""
+    return int(args.get("per_device_eval_batch_size", DEFAULT_BATCH)) if evaluates(args) else None
 
 
 def deepspeed_file(stage: int) -> str:
@@ -143,6 +155,7 @@ def from_args(args: dict, world_size: int = 1) -> Knobs:
         world_size=world_size,
         lean_logits=bool(own.lean_logits),  # on wherever it applies
         lean_attention=None if own.lean_attention is None else bool(own.lean_attention),
+        eval_batch=eval_batch(args),
     )
 
 
@@ -150,6 +163,8 @@ def to_args(knobs: Knobs, effective: int) -> dict:
     """The LLaMA-Factory keys for a setting; accumulation keeps the effective batch. Quantization,
     8-bit optimizers and ZeRO appear only when they are in use."""
     extra = {"quantization_bit": knobs.quantization_bit} if knobs.quantization_bit else {}
+    if knobs.eval_batch is not None:
+        extra["per_device_eval_batch_size"] = knobs.eval_batch
     if knobs.optim != DEFAULT_OPTIM:
         extra["optim"] = knobs.optim
     if knobs.zero_stage:
@@ -228,6 +243,8 @@ def describe(knobs: Knobs, effective: int) -> str:
         "lean attention" if knobs.lean_attention else knobs.attention,
         knobs.dtype,
     ]
+    if knobs.eval_batch is not None:
+        words.append(f"eval batch {knobs.eval_batch}")
     if knobs.quantization_bit:
         words.append(f"{knobs.quantization_bit}-bit QLoRA")
     if "8bit" in knobs.optim:
@@ -250,6 +267,8 @@ def changes(asked: Knobs, chosen: Knobs, effective: int, floor: int, share_cut: 
         if chosen.lean_attention
         else "lean attention off",
         "dtype": f"dtype {asked.dtype} -> {chosen.dtype}",
+        "eval_batch": f"evaluation batch {asked.eval_batch} -> {chosen.eval_batch}: the held-out pass at "
+        f"{asked.eval_batch} does not fit",
         "zero_stage": f"DeepSpeed ZeRO-{chosen.zero_stage} over {chosen.world_size} processes",
         "quantization_bit": f"{chosen.quantization_bit}-bit QLoRA (bitsandbytes): nothing fits with 16-bit weights",
         "optim": f"optimizer {asked.optim} -> {chosen.optim}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from mpskit.errors import MpskitError
+from mpskit.inputs.knobs import evaluates
 
 # key: (kind, smallest, largest); None means unbounded. "int" excludes booleans and 4.0.
 RANGES = {
@@ -121,8 +122,8 @@ def check_combinations(args: dict) -> None:
             f"report_to={report_to} is a list written as one word, which transformers reads as one name",
             "write report_to=wandb, or a list in the run file: report_to: [wandb, tensorboard]",
         )
-    evaluates = str(args.get("eval_strategy") or "no") != "no" or args.get("do_eval") is True
-    if evaluates and not args.get("eval_dataset") and args.get("val_size") in (None, 0, 0.0):  # any other: checked
+    no_data = not args.get("eval_dataset") and args.get("val_size") in (None, 0, 0.0)  # any other val_size: checked
+    if evaluates(args) and no_data:
         said = f"eval_strategy={args['eval_strategy']}" if str(args.get("eval_strategy") or "no") != "no" else "do_eval"
         raise MpskitError(
             f"{said} evaluates, but there is no eval_dataset and no val_size to evaluate on",

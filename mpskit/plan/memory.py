@@ -46,6 +46,8 @@ FRAMEWORK_BYTES = int(0.9 * GB)
 # contiguous copy first): during the reference forward the policy's logits and saved log-softmax
 # (2) plus the reference's logits, copy and log-softmax (3).
 LOGIT_COPIES = {"sft": 3, "dpo": 5}
+# LoRA layers whose input is hidden-wide: q, k, v (each casts the same input again), o, gate, up.
+LORA_INPUT_COPIES = 6
 # Transient buffers in one layer's backward: gradients of the MLP's ffn-wide tensors, and with eager
 # attention the float32 heads x s x s gradients of the probabilities and of the scores.
 MLP_GRADIENT_COPIES = 2
@@ -65,6 +67,16 @@ HEAP_KEPT_FRACTION = {True: 0.52, False: 0.22}  # by gradient checkpointing
 # bench/memory_accuracy.py --quantized (its first 11 cases; 3 more held out).
 TRIMMED_HEAP_KEPT_FRACTION = {True: 0.13, False: 0.0}
 TRIMMED_ACTIVATION_FACTOR = 1.15
+# A 16-bit checkpoint trained without autocast (its own dtype: LLaMA-Factory loads every model as it is
+# stored, and a CPU or an M1/M2 plan runs no autocast) allocates otherwise: 16-bit activations beside
+# float32 LoRA inputs. Its factors, by (quantized and trimmed, gradient checkpointing), were fitted on
+# bench/real.py's cases marked `fit` (SmolLM2-135M, bf16, the CPU); the others are held out.
+NATIVE_HALF_ACTIVATION_FACTOR = {False: 1.25, True: 1.0}  # by trimmed
+NATIVE_HALF_HEAP_KEPT_FRACTION = {False: {True: 0.7, False: 0.0}, True: {True: 0.0, False: 0.1}}
+# The held-out pass frees one layer's buffers after another under the hidden states it keeps: glibc keeps
+# this share of one layer's small buffers, times the layers (by trimmed); fitted as above, as was
+# EVAL_LEAN_CHUNK_COPIES below.
+EVAL_HEAP_KEPT_FRACTION = {False: 0.4, True: 0.25}
 MMAP_CEILING_BYTES = 32 * 1024**2
 # The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
 # matmul's output, and per scored position two hidden-sized rows: the gathered hidden state and its
@@ -84,6 +96,12 @@ LEAN_ATTENTION_BLOCK_COPIES = 3
 # other model trains with whole logits and its own attention, and is planned so; a preset without
 # model_type too).
 LEAN_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+
+# The held-out pass (no gradients), per token of the eval batch: one decoder layer's forward holds its
+# input and output, q/k/v and the attention output, and the MLP's gate, up and their product.
+EVAL_LAYER_COPIES = {"hidden": 6, "ffn": 3}
+EVAL_LOGIT_COPIES = {"sft": 3, "dpo": 4}
+EVAL_LEAN_CHUNK_COPIES = 1  # without gradients: one chunk's float32 logits at its peak
 
 # Bytes per quantized weight, measured on bitsandbytes 0.50.2's tensors (Qwen2.5-7B's layer shapes):
 # NF4 packs two weights a byte plus a block constant per 64 weights, itself 8-bit with a float32
@@ -194,15 +212,26 @@ class Estimate:
     parts: dict[str, int] = field(default_factory=dict)  # name -> bytes, in the order they build up
     framework: int = 0
     loading: int = 0  # the peak while a quantized base loads (0: below the step's)
+    eval_parts: dict[str, int] = field(default_factory=dict)  # the held-out pass's peak; empty: none runs
 
     @property
     def step(self) -> int:
         return sum(self.parts.values())
 
     @property
+    def evaluation(self) -> int:
+        return sum(self.eval_parts.values())
+
+    @property
     def training(self) -> int:
-        """The run's peak: one training step's, or loading's where that is higher."""
-        return max(self.step, self.loading)
+        """The run's peak: one training step's, or loading's or the held-out pass's where higher."""
+        return max(self.step, self.loading, self.evaluation)
+
+    @property
+    def peak_moment(self) -> str:
+        """Which moment the run's peak is."""
+        moments = {"a training step": self.step, "loading": self.loading, "the held-out evaluation": self.evaluation}
+        return max(moments, key=moments.__getitem__)
 
     @property
     def total(self) -> int:
@@ -212,6 +241,9 @@ class Estimate:
         return {
             "parts_gb": {name: round(value / GB, 3) for name, value in self.parts.items()},
             "loading_gb": round(self.loading / GB, 3),
+            "step_gb": round(self.step / GB, 3),
+            "eval_parts_gb": {name: round(value / GB, 3) for name, value in self.eval_parts.items()},
+            "evaluation_gb": round(self.evaluation / GB, 3),
             "training_gb": round(self.training / GB, 3),
             "framework_gb": round(self.framework / GB, 3),
         }
@@ -235,13 +267,25 @@ def lean_attention_runs(knobs: Knobs, device: str, dims: ModelDims) -> bool:
     return not attention_fused(knobs.attention, device) if knobs.lean_attention is None else knobs.lean_attention
 
 
+def weight_width(dims: ModelDims, knobs: Knobs) -> int:
+    """Bytes per frozen weight. LLaMA-Factory 0.9.5 loads every model with torch_dtype="auto" on every
+    device, so the weights keep the checkpoint's dtype whatever the run computes in (measured: a float32
+    checkpoint under bf16 holds float32 weights on CUDA; a bf16 one under float32 holds bf16 on the
+    CPU). The plan's dtype where the checkpoint's is unknown."""
+    return DTYPE_BYTES.get(dims.checkpoint_dtype, DTYPE_BYTES[knobs.dtype])
+
+
+def activation_width(dims: ModelDims, knobs: Knobs) -> int:
+    """Bytes per activation: 16 bits under autocast (bf16/fp16), else the weights' own: without
+    autocast, a bf16 checkpoint's hidden states are bf16 (LoRA computes in float32 and hands back the
+    layer's dtype; a quantized layer computes in float32 and returns its input's dtype)."""
+    return DTYPE_BYTES[knobs.dtype] if knobs.dtype != "fp32" else weight_width(dims, knobs)
+
+
 def weight_bytes(dims: ModelDims, knobs: Knobs) -> float:
     """Base weights: bitsandbytes quantizes the decoder's linear layers (QUANTIZED_BYTES per weight);
-    embeddings, the output layer, norms and biases keep the dtype.
-    A checkpoint wider than the plan's dtype stays that wide (measured on CUDA: a float32 checkpoint
-    under bf16 holds float32 weights). A narrower one is still counted at the plan's width: whether
-    it stays narrow under a float32 plan on MPS is not measured here."""
-    width = max(DTYPE_BYTES[knobs.dtype], DTYPE_BYTES.get(dims.checkpoint_dtype, 0))
+    embeddings, the output layer, norms and biases keep their width (weight_width)."""
+    width = weight_width(dims, knobs)
     if knobs.quantization_bit is None:
         return dims.params() * width
     linear = dims.layers * dims.layer_linear_weights()
@@ -271,14 +315,18 @@ def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, lean: 
     and their product (4 ffn), each LoRA adapter its rank-r projection (7r). Eager attention adds
     the softmax probabilities in float32 (heads x s per token), plus a copy in the compute dtype.
     Lean attention saves q, its output, k and v unrepeated, and a float32 log-sum-exp per head.
+    A 16-bit checkpoint trained without autocast adds a float32 copy of each LoRA layer's input, which
+    peft casts to the adapter's float32 and lora_A keeps (LORA_INPUT_COPIES hidden-wide, one ffn-wide).
     """
     attention = 2 * dims.hidden + 2 * dims.kv_dim if lean else 4 * dims.hidden
     elements = 4 * dims.hidden + attention + 4 * dims.ffn + 7 * knobs.lora_rank
     fp32_elements = dims.heads if lean else 0
+    if knobs.finetuning == "lora" and native_half(dims, knobs):
+        fp32_elements += LORA_INPUT_COPIES * dims.hidden + dims.ffn
     if not fused and not lean:
         probabilities = dims.heads * knobs.cutoff_len
         fp32_elements += probabilities
-        if knobs.dtype != "fp32":
+        if activation_width(dims, knobs) != 4:
             elements += probabilities
     return elements, fp32_elements
 
@@ -288,14 +336,35 @@ def trimmed(knobs: Knobs, device: str) -> bool:
     return knobs.quantization_bit is not None and device == "cpu"
 
 
+def native_half(dims: ModelDims, knobs: Knobs) -> bool:
+    """A 16-bit checkpoint trained in its own dtype, without autocast."""
+    return knobs.dtype == "fp32" and weight_width(dims, knobs) == 2
+
+
+def activation_factor(dims: ModelDims, knobs: Knobs, device: str) -> float:
+    """Saved activations' cost over their tensor bytes (allocator rounding, tensors the count leaves out)."""
+    cut = trimmed(knobs, device)
+    if native_half(dims, knobs):
+        return NATIVE_HALF_ACTIVATION_FACTOR[cut]
+    return TRIMMED_ACTIVATION_FACTOR if cut else ACTIVATION_FACTOR
+
+
+def layer_buffers(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
+    """One decoder layer's buffers under glibc's largest mmap threshold: those the heap keeps pages of."""
+    width = activation_width(dims, knobs)
+    buffers = [tokens * dims.hidden * width] * 8 + [tokens * dims.ffn * width] * 4
+    return sum(size for size in buffers if size < MMAP_CEILING_BYTES)
+
+
 def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
     """What glibc keeps of the freed layer buffers of earlier steps, on the CPU (see HEAP_KEPT_FRACTION,
     and TRIMMED_HEAP_KEPT_FRACTION for a quantized run)."""
-    width = DTYPE_BYTES[knobs.dtype]
-    buffers = [tokens * dims.hidden * width] * 8 + [tokens * dims.ffn * width] * 4
-    small = sum(size for size in buffers if size < MMAP_CEILING_BYTES)
-    fraction = (TRIMMED_HEAP_KEPT_FRACTION if trimmed(knobs, "cpu") else HEAP_KEPT_FRACTION)[knobs.checkpointing]
-    return int(fraction * dims.layers * small)
+    cut = trimmed(knobs, "cpu")
+    if native_half(dims, knobs):
+        fraction = NATIVE_HALF_HEAP_KEPT_FRACTION[cut][knobs.checkpointing]
+    else:
+        fraction = (TRIMMED_HEAP_KEPT_FRACTION if cut else HEAP_KEPT_FRACTION)[knobs.checkpointing]
+    return int(fraction * dims.layers * layer_buffers(dims, knobs, tokens))
 
 
 def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "cpu", longest: int | None = None
@@ -311,7 +380,7 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     """
     if longest is not None and longest < knobs.cutoff_len:
         knobs = replace(knobs, cutoff_len=longest)
-    width = DTYPE_BYTES[knobs.dtype]
+    width = activation_width(dims, knobs)
     sequences = sequences_per_step(stage, knobs.batch)
     tokens = sequences * knobs.cutoff_len
     # ZeRO-2 splits gradients and optimizer states over the processes, ZeRO-3 the weights as well.
@@ -330,7 +399,7 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     fused = attention_fused(knobs.attention, device)
     lean_attention = lean_attention_runs(knobs, device, dims)
     elements, fp32_elements = layer_activation_elements(dims, knobs, fused, lean_attention)
-    factor = TRIMMED_ACTIVATION_FACTOR if trimmed(knobs, device) else ACTIVATION_FACTOR
+    factor = activation_factor(dims, knobs, device)
     layer_bytes = int(factor * tokens * (elements * width + fp32_elements * 4))
     if knobs.checkpointing:  # each layer keeps only its input
         parts["activations"] = int(factor * dims.layers * tokens * dims.hidden * width)
@@ -357,7 +426,7 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     if knobs.checkpointing:
         workspace += layer_bytes
     if knobs.quantization_bit:
-        workspace += DEQUANTIZED_COPIES * dims.hidden * dims.ffn * width
+        workspace += dequantized_bytes(dims, knobs)
     if sum(logit_parts.values()) >= workspace:
         parts.update(logit_parts)
     else:
@@ -366,7 +435,48 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     if kept:
         parts["heap kept (CPU)"] = kept
     parts["overhead"] = RUN_OVERHEAD_BYTES["cpu" if device == "cpu" else "gpu"]
-    return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES), loading=loading_peak(dims, knobs, parts, device))
+    return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES), loading=loading_peak(dims, knobs, parts, device),
+                    eval_parts=evaluation_parts(dims, knobs, stage, device, parts))  # fmt: skip
+
+
+def dequantized_bytes(dims: ModelDims, knobs: Knobs) -> int:
+    """A quantized layer's weight dequantized for its matmul: in the compute dtype (bitsandbytes'
+    compute_dtype is LLaMA-Factory's, float32 unless bf16/fp16), one copy of the largest weight."""
+    return DEQUANTIZED_COPIES * dims.hidden * dims.ffn * DTYPE_BYTES[knobs.dtype]
+
+
+def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, parts: dict[str, int]) -> dict[str, int]:
+    """What is alive at the peak of one held-out batch (knobs.eval_batch; none: no evaluation), after
+    training steps: the weights and the optimizer's states stay (gradients are freed after each step);
+    nothing is saved for backward, so the peak is one decoder layer's forward (EVAL_LAYER_COPIES) or
+    the logits: the lean chunks, or whole float32 logits (SFT's loss: the logits, their float32 copy and
+    log-softmax; DPO: the policy's logits, kept for its metrics, beside the reference forward's three).
+    On the CPU the training steps' free heap pages are handed back before an evaluation (run/monitor.py);
+    what the pass's own freed buffers leave in the heap is EVAL_HEAP_KEPT_FRACTION's."""
+    if knobs.eval_batch is None:
+        return {}
+    width = activation_width(dims, knobs)
+    sequences = sequences_per_step(stage, knobs.eval_batch)
+    tokens = sequences * knobs.cutoff_len
+    held = {name: parts[name] for name in ("weights", "lora weights", "optimizer (AdamW)") if name in parts}
+    layer = tokens * (EVAL_LAYER_COPIES["hidden"] * dims.hidden + EVAL_LAYER_COPIES["ffn"] * dims.ffn) * width
+    scores = sequences * dims.heads * knobs.cutoff_len**2 * 4
+    if lean_attention_runs(knobs, device, dims):
+        layer += min(attention_block_bytes(device), scores)
+    elif not attention_fused(knobs.attention, device):
+        layer += 2 * scores  # the float32 scores and their softmax
+    if knobs.quantization_bit:
+        layer += dequantized_bytes(dims, knobs)
+    logit_buffer = tokens * dims.vocab * 4
+    if lean_logits_apply(knobs, stage, dims):
+        logits = EVAL_LEAN_CHUNK_COPIES * min(LEAN_CHUNK_BYTES, logit_buffer) + tokens * dims.hidden * width
+    else:
+        logits = EVAL_LOGIT_COPIES["dpo" if stage_of(stage).reference_model else "sft"] * logit_buffer
+    moment = {"held-out logits": logits} if logits >= layer else {"held-out layer forward": layer}
+    if device == "cpu":
+        fraction = EVAL_HEAP_KEPT_FRACTION[trimmed(knobs, device)]
+        moment["held-out heap (CPU)"] = int(fraction * dims.layers * layer_buffers(dims, knobs, tokens))
+    return {**held, **moment, "overhead": parts["overhead"]}
 
 
 def loading_peak(dims: ModelDims, knobs: Knobs, parts: dict[str, int], device: str = "cpu") -> int:

@@ -24,7 +24,8 @@ def _gb(value: int) -> str:
 
 
 def plan_lines(
-    run: ResolvedRun, plan: Plan, duration: RunDuration | None = None, probe: Probe | None = None
+    run: ResolvedRun, plan: Plan, duration: RunDuration | None = None, probe: Probe | None = None,
+    probe_command: str = "mpskit plan ... --probe",
 ) -> list[str]:
     dims, budget = plan.dims, plan.budget
     shown = plan.chosen or plan.asked
@@ -45,12 +46,18 @@ def plan_lines(
     per = f", per process of {shown.knobs.world_size}" if shown.knobs.world_size > 1 else ""
     longest = plan.longest_batch(shown.knobs)
     at = "" if longest is None or longest >= shown.knobs.cutoff_len else f", at the data's longest {longest} tokens"
+    estimate = shown.estimate
     lines.append(f"estimate   (the peak of one training step{per}{at})")
-    lines += [f"  {name:22} {_gb(value)}" for name, value in shown.estimate.parts.items()]
-    if shown.estimate.loading > shown.estimate.step:
-        step = _gb(shown.estimate.step).strip()
-        lines.append(f"  {'(loading, quantizing)':22} {_gb(shown.estimate.loading)}  (above the step's {step})")
-    lines.append(f"  {'= training':22} {_gb(shown.estimate.training)}")
+    lines += [f"  {name:22} {_gb(value)}" for name, value in estimate.parts.items()]
+    lines.append(f"  {'= training step':22} {_gb(estimate.step)}")
+    if estimate.eval_parts:
+        lines.append(f"evaluation (the peak of one held-out batch of {shown.knobs.eval_batch}, no gradients)")
+        lines += [f"  {name:22} {_gb(value)}" for name, value in estimate.eval_parts.items()
+                  if name not in estimate.parts]  # fmt: skip
+        lines.append(f"  {'= evaluation':22} {_gb(estimate.evaluation)}  (with the weights and states above)")
+    if estimate.loading > estimate.step:
+        lines.append(f"  {'(loading, quantizing)':22} {_gb(estimate.loading)}")
+    lines.append(f"  {'= peak':22} {_gb(estimate.training)}  ({estimate.peak_moment})")
     where = "host RAM, outside the GPU budget" if plan.device == "cuda" else "taken out of the RAM budget already"
     lines.append(f"  {'+ framework (imports)':22} {_gb(shown.estimate.framework)}  ({where})")
     lines.append(f"logits     {_logits_line(plan, shown)}")
@@ -63,7 +70,7 @@ def plan_lines(
     if not plan.fits:
         lines += [f"would fit  {note}" for note in (plan.over_budget, *plan.would_fit)]
     if duration:
-        lines += duration_lines(duration, probe, lengths_line(plan, shown.knobs.cutoff_len))
+        lines += duration_lines(duration, probe, lengths_line(plan, shown.knobs.cutoff_len), probe_command)
     return lines
 
 
@@ -74,12 +81,17 @@ def lengths_line(plan: Plan, cutoff: int) -> str:
     return plan.lengths.summary(cutoff)
 
 
-def duration_lines(duration: RunDuration, probe: Probe | None, lengths: str) -> list[str]:
+def duration_lines(duration: RunDuration, probe: Probe | None, lengths: str, probe_command: str = "") -> list[str]:
     """The predicted step and run, the rows' lengths and figures behind them, what the probe measured."""
     steps = "steps unknown (the dataset is not a local JSON file): set max_steps for a total"
     if duration.steps is not None:
         how = f" ({duration.examples} examples, {duration.epochs:g} epochs)" if duration.epochs else " (max_steps)"
-        steps = f"{duration.steps} steps{how}: {format_seconds(duration.total_s)}"
+        steps = f"{duration.steps} steps{how}"
+        steps += f": {format_seconds(duration.total_s)}" if duration.total_s is not None else ""
+    if duration.unmeasured:
+        lines = [f"duration   unknown: {duration.unmeasured}, so no figure backs a step's time; {steps}",
+                 f"  time 4 real steps of this setting on the machine: {probe_command}", f"  {lengths}"]  # fmt: skip
+        return lines if probe is None else lines + probe_lines(duration, probe)
     lines = [
         f"duration   {format_seconds(duration.step_s)} per optimizer step, {steps}",
         f"  figures {duration.throughput.source}",
@@ -87,10 +99,15 @@ def duration_lines(duration: RunDuration, probe: Probe | None, lengths: str) -> 
     ]
     if probe is None:
         return lines + ["  `mpskit plan --probe` times real steps of this setting here"]
-    lines.append(
+    return lines + probe_lines(duration, probe)
+
+
+def probe_lines(duration: RunDuration, probe: Probe) -> list[str]:
+    """What the probe measured, and the whole run from it."""
+    lines = [
         f"probe      {format_seconds(probe.step_s)} per optimizer step measured here (median of "
         f"{len(probe.step_seconds) - 1}, after a {format_seconds(probe.step_seconds[0])} warm-up step)"
-    )
+    ]
     if duration.steps is not None:
         total = extrapolate(probe.step_seconds, duration.steps)
         lines.append(f"  {duration.steps} steps: {format_seconds(total)}, plus about {format_seconds(probe.startup_s)} "

@@ -114,6 +114,18 @@ def candidates(
     return [k for k in settings if not (k.lean_attention and k.attention == "eager" and "sdpa" in attentions)]
 
 
+def eval_batch_that_fits(knobs: Knobs, fits) -> Knobs:
+    """The setting with the largest held-out batch, from the one asked down by halvings, at which
+    `fits`; the smallest where none does. The held-out pass changes no result: only the training knobs
+    are searched, and each gets the eval batch it can afford."""
+    if knobs.eval_batch is None:
+        return knobs
+    batch = knobs.eval_batch
+    while batch > 1 and not fits(replace(knobs, eval_batch=batch)):
+        batch //= 2
+    return replace(knobs, eval_batch=batch)
+
+
 def preference(option: Option) -> tuple:
     """What the planner maximises: what is trained first (unquantized weights, cutoff_len, rank, then
     fp32 over the bf16 that M1/M2 emulate, a candidate only there: bf16 only where fp32 does not fit,
@@ -165,7 +177,11 @@ def plan(
         pinned = set(pinned) | {"lora_rank"}
     free = free_knobs(set(pinned))
     floor = cutoff_floor or DEFAULT_CUTOFF_FLOOR
-    options = [option(k) for k in candidates(asked, free, hw, device, dims, effective, floor)]
+    settings = candidates(asked, free, hw, device, dims, effective, floor)
+    if "eval_batch" in free:
+        settings = [eval_batch_that_fits(k, lambda setting: option(setting).estimate.training <= limit)
+                    for k in settings]  # fmt: skip
+    options = [option(k) for k in settings]
     fitting = [o for o in options if o.estimate.training <= limit]
     fitting.sort(key=preference, reverse=True)
     chosen = fitting[0] if fitting else None

@@ -6,8 +6,11 @@ with the kernel's exact high-water mark (`ru_maxrss`) so no short spike is misse
 shared libraries faulted in after the baseline (`library_growth`). The baseline is
 taken when the monitor is made, after the framework is imported and before the model loads, so
 `training` is what the run itself adds; `loaded` is what the model added before the first step, and
-`loading_peak` the highest it went until then. It also keeps each optimizer step's wall time, for
-throughput, and when training began and each evaluation ran, for memory.png's phases.
+`loading_peak` the highest it went until then. The peaks of training steps and of held-out evaluations
+are kept apart: the device's high-water mark is read and reset when training begins, at each step's
+end and after each evaluation, so each stretch has its own (MPS: the samples of the stretch). It also
+keeps each optimizer step's wall time, for throughput, and when training began and each evaluation
+ran, for memory.png's phases.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable
 import psutil
 from transformers import TrainerCallback
 
+from mpskit.engine.quantized import trim_heap
 from mpskit.rundir import Measured
 
 GB = 1024**3
@@ -60,16 +64,31 @@ def library_growth() -> Callable[[], int]:
     return lambda: max(0, _library_bytes(process) - at_start)
 
 
+def _reset_max_rss() -> bool:
+    """Linux: the kernel's high-water mark starts again from the RSS now (clear_refs 5); False elsewhere."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
+            clear.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def memory_reader(device: str):
-    """(read current bytes, read peak-so-far bytes or None, read bytes not to count) for the device."""
+    """(read current bytes, read peak-so-far bytes or None, read bytes not to count, reset the peak: True
+    where it did) for the device."""
     import torch
 
     if device == "cuda":
-        return torch.cuda.memory_allocated, torch.cuda.max_memory_allocated, lambda: 0
+        def reset_cuda() -> bool:
+            torch.cuda.reset_peak_memory_stats()
+            return True
+
+        return torch.cuda.memory_allocated, torch.cuda.max_memory_allocated, lambda: 0, reset_cuda
     if device == "mps":
-        return torch.mps.driver_allocated_memory, None, lambda: 0
+        return torch.mps.driver_allocated_memory, None, lambda: 0, lambda: False
     process = psutil.Process()
-    return (lambda: process.memory_info().rss), _max_rss_bytes, library_growth()
+    return (lambda: process.memory_info().rss), _max_rss_bytes, library_growth(), _reset_max_rss
 
 
 class MemoryMonitor(TrainerCallback):
@@ -77,7 +96,7 @@ class MemoryMonitor(TrainerCallback):
         """One attempt's monitor: each attempt runs in a process of its own (an out-of-memory rung goes
         on in a fresh one), so the baseline is what this process holds before the model loads."""
         self.device = device
-        self._read, self._read_peak, self._read_uncounted = memory_reader(device)
+        self._read, self._read_peak, self._read_uncounted, self._reset_peak = memory_reader(device)
         self.baseline = self._read()
         self.uncounted = 0  # bytes in the readings that are not the run's, as of the last count
         self._uncounted_loading = 0  # as counted when training began
@@ -85,6 +104,10 @@ class MemoryMonitor(TrainerCallback):
         self.peak = self.baseline
         self.loaded = self.baseline  # after the model loads, before the first step
         self.loading_peak = self.baseline  # the highest until then (reading the data, loading the model)
+        self.stretch_peak = self.baseline  # the highest since the last mark (train begin, a step's end, an evaluation)
+        self.step_peak: int | None = None  # the highest of the stretches that ended a training step
+        self.eval_peak: int | None = None  # the highest of those that ended an evaluation
+        self._apart = True  # whether the stretches have peaks of their own (the high-water mark resets)
         self.step_ends: list[float] = []
         self.train_began_s: float | None = None  # seconds since the monitor started
         self.eval_spans_s: list[tuple[float, float]] = []
@@ -106,13 +129,15 @@ class MemoryMonitor(TrainerCallback):
         now = time.perf_counter() - self._started
         if self._read_peak is None:  # no exact high-water mark (MPS): the samples make the figure
             self.peak = max(self.peak, value)
+            self.stretch_peak = max(self.stretch_peak, value)
         if now >= keep_after:
             self.samples.append((now, value))
 
     def update_exact_peak(self) -> None:
-        """Counts the device's own high-water mark when it rose since the last look, and then what in
+        """Counts the device's own high-water mark when it rose above every one seen, and then what in
         the readings is not the run's: as of the peak, not after it (libraries a later save or
-        evaluation first uses were not in it)."""
+        evaluation first uses were not in it). The stretch's peak is its own mark's (reset at each
+        mark), less what was not the run's as last counted."""
         if self._read_peak is not None:
             value = self._read_peak()
             if value > self._last_exact:
@@ -120,6 +145,21 @@ class MemoryMonitor(TrainerCallback):
                 self.uncounted = self._read_uncounted()
                 self.peak = max(self.peak, value - self.uncounted)
                 self._observe(value)
+            self.stretch_peak = max(self.stretch_peak, value - self.uncounted)
+
+    def _mark(self, evaluation_next: bool = False) -> int:
+        """The peak of the stretch that ends now; the next stretch starts from the memory now. Before an
+        evaluation on the CPU, glibc hands back the free pages the training steps left in the heap
+        (they are the process's RSS until then, and the evaluation's peak would begin at the step's),
+        so the evaluation's figure is what it holds itself."""
+        self.update_exact_peak()
+        ended = self.stretch_peak
+        if evaluation_next and self.device == "cpu":
+            trim_heap()
+        if self._read_peak is not None and not self._reset_peak():
+            self._apart = False
+        self.stretch_peak = self._read() - self.uncounted
+        return ended
 
     def _now(self) -> float:
         return time.perf_counter() - self._started
@@ -134,6 +174,7 @@ class MemoryMonitor(TrainerCallback):
         self.update_exact_peak()
         self.loading_peak = self.peak
         self._uncounted_loading = self.uncounted
+        self._mark(evaluation_next=bool(args.eval_on_start))
         self.step_ends.append(time.perf_counter())
         self.train_began_s = self._now()
         return control
@@ -147,10 +188,12 @@ class MemoryMonitor(TrainerCallback):
         if self._eval_start is not None:
             self.eval_spans_s.append((round(self._eval_start, 2), round(self._now(), 2)))
         self._eval_start = None
+        self.eval_peak = max(self.eval_peak or 0, self._mark())
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
         self.step_ends.append(time.perf_counter())
+        self.step_peak = max(self.step_peak or 0, self._mark(evaluation_next=control.should_evaluate))
         return control
 
     def stop(self) -> Measured:
@@ -165,11 +208,16 @@ class MemoryMonitor(TrainerCallback):
             training_gb=round(self.training_bytes() / GB, 4),
             loaded_gb=round((self.loaded - self.baseline) / GB, 4),
             loading_peak_gb=round((self.loading_peak - self.baseline) / GB, 4),
+            step_gb=self._above_baseline(self.step_peak),
+            eval_gb=self._above_baseline(self.eval_peak),
             step_seconds=[round(b - a, 4) for a, b in itertools.pairwise(self.step_ends)],
             train_began_s=None if self.train_began_s is None else round(self.train_began_s, 2),
             eval_spans_s=[list(span) for span in self.eval_spans_s],
             samples_gb=self.kept_samples(),
         )
+
+    def _above_baseline(self, peak: int | None) -> float | None:
+        return None if peak is None or not self._apart else round((peak - self.baseline) / GB, 4)
 
     def kept_samples(self, points: int = 300) -> list[list[float]]:
         """[seconds, GB above the baseline] for memory.png: the highest sample of each of at most
