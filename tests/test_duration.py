@@ -18,6 +18,7 @@ from mpskit.inputs.dataset_checks import training_rows
 from mpskit.inputs.hardware import load_hardware, profile_names
 from mpskit.plan.duration import (
     DEFAULT_THROUGHPUT,
+    cpu_default,
     extrapolate,
     format_seconds,
     optimizer_steps,
@@ -86,8 +87,22 @@ def test_every_profile_has_throughput_figures_that_say_where_they_come_from():
 def test_a_profile_s_figures_apply_to_its_own_device_only():
     m1 = load_hardware("m1-pro-16gb")
     assert throughput_for(m1.throughput, m1.device, "mps").flops_per_s == m1.throughput["flops_per_s"]
-    on_cpu = throughput_for(m1.throughput, m1.device, "cpu")  # device=cpu on a Mac: a CPU's default
-    assert on_cpu == DEFAULT_THROUGHPUT["cpu"] and on_cpu.source.startswith("unmeasured:")
+    on_cpu = throughput_for(m1.throughput, m1.device, "cpu")  # device=cpu on a Mac: the cpu profile's, unmeasured
+    assert on_cpu == cpu_default() and on_cpu.source.startswith("unmeasured:") and not on_cpu.measured
+    figures = load_hardware("cpu").throughput
+    assert (on_cpu.flops_per_s, on_cpu.quantized_work) == (figures["flops_per_s"], figures["quantized_work"])
+
+
+def test_a_4_bit_duration_is_given_only_where_a_4_bit_step_was_measured():
+    words = ["stage=sft", "model_preset=qwen2.5-7b", "cutoff_len=512", "quantization_bit=4", f"dataset_dir={DATA}"]
+    mac = plan_json(*words, "--hardware", "m1-pro-16gb")["duration"]
+    assert mac["predicted_step_s"] is None and mac["predicted_s"] is None and "4-bit" in mac["unmeasured"]
+    text = run_mpskit("plan", *words, "--hardware", "m1-pro-16gb").stdout
+    assert "duration   unknown: 4-bit steps have no measured figure on mps" in text
+    assert f"mpskit plan {' '.join(words)} --hardware m1-pro-16gb --probe" in text  # the probe's command, whole
+    cpu = plan_json(*words, "--hardware", "cpu")["duration"]  # measured on the cpu profile's machine
+    assert cpu["predicted_step_s"] > 0 and cpu["unmeasured"] == ""
+    assert DEFAULT_THROUGHPUT["mps"].quantized_work is None and DEFAULT_THROUGHPUT["cuda"].quantized_work is None
 
 
 def plan_json(*words: str, cwd: Path = ROOT) -> dict:

@@ -145,19 +145,26 @@ def _check_facts(data: dict, source: str) -> None:
     _check_throughput(data.get("throughput"), source)
 
 
+OPTIONAL_FIGURES = ("half_work", "quantized_work", "half_layer_s")  # duration.Throughput's, where measured
+
+
 def _check_throughput(figures, source: str) -> None:
-    """flops_per_s, step_overhead_s and source are required, measured is optional (duration.py)."""
+    """flops_per_s, step_overhead_s and source are required; measured and the figures measured for 16-bit
+    checkpoints and 4-bit bases are optional (duration.py)."""
     if figures is None:
         return
     where = f"hardware profile {source}: throughput"
     fix = "write throughput: {flops_per_s: 1.5e12, step_overhead_s: 0.05, source: 'how you know them'}"
     if not isinstance(figures, dict) or not {"flops_per_s", "step_overhead_s", "source"} <= set(figures):
         raise MpskitError(f"{where} needs flops_per_s, step_overhead_s and source", fix)
-    unknown = sorted(set(figures) - {"flops_per_s", "step_overhead_s", "source", "measured"})
+    unknown = sorted(set(figures) - {"flops_per_s", "step_overhead_s", "source", "measured", *OPTIONAL_FIGURES})
     if unknown:
         raise MpskitError(f"{where} has unknown key(s) {', '.join(unknown)}", fix)
     check_number(f"{where}.flops_per_s", figures["flops_per_s"], "positive", 0, fix=fix)
     check_number(f"{where}.step_overhead_s", figures["step_overhead_s"], "number", 0, fix=fix)
+    for key in OPTIONAL_FIGURES:
+        if key in figures:
+            check_number(f"{where}.{key}", figures[key], "positive" if key != "half_layer_s" else "number", 0, fix=fix)
     if not isinstance(figures.get("measured", False), bool):
         raise MpskitError(f"{where}.measured={figures['measured']!r} is not a switch", "write true or false")
 

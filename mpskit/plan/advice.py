@@ -135,7 +135,7 @@ def plan_duration(run: ResolvedRun, result: Plan) -> RunDuration | None:
         return None
     chosen = result.chosen
     return run_duration(run.args, chosen.knobs, chosen.speed, run.stage, result.effective_batch, run.world_size,
-                        result.throughput, result.lengths)  # fmt: skip
+                        result.throughput, result.lengths, result.device)  # fmt: skip
 
 
 def _args_on(run: ResolvedRun, hw: Hardware, device: str) -> dict:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mpskit.inputs.dataset_checks import training_rows
+from mpskit.inputs.hardware import load_hardware
 from mpskit.inputs.knobs import Knobs, micro_batch
 from mpskit.inputs.token_lengths import DataLengths
-from mpskit.plan.memory import ModelDims, sequences_per_step
+from mpskit.plan.memory import ModelDims, activation_width, native_half, sequences_per_step
 from mpskit.stages import stage_of
 
 
@@ -28,11 +29,23 @@ class Throughput:
     step_overhead_s: float
     source: str
     measured: bool = False  # measured on the machine the profile describes
+    # 16-bit work (autocast, or a 16-bit checkpoint's own dtype) against float32's, where measured; else
+    # the device's rule: half on a GPU with fast 16-bit, 1.25x where it is emulated (M1/M2), 1 on a CPU
+    half_work: float | None = None
+    # a quantized base's step against the same 16-bit one (dequantizing in every matmul), where measured;
+    # None: unmeasured, and a plan gives no duration for a quantized base (ASSUMED_QUANTIZED_WORK ranks it)
+    quantized_work: float | None = None
+    # a micro-step's fixed cost per decoder layer where a 16-bit checkpoint computes without autocast
+    # (each LoRA layer casts its input to float32 and back), where measured
+    half_layer_s: float = 0.0
+
+
+# What the planner ranks a quantized base by where its step was never measured on the device.
+ASSUMED_QUANTIZED_WORK = 1 / 0.75
 
 
 # Used where a profile has no figures of its own (a detected machine, a profile written by hand).
 DEFAULT_THROUGHPUT = {
-    "cpu": Throughput(8e10, 0.03, "unmeasured: mpskit's default for a CPU"),
     "mps": Throughput(1.6e12, 0.05, "unmeasured: mpskit's default for an Apple GPU"),
     "cuda": Throughput(3e13, 0.02, "unmeasured: mpskit's default for an NVIDIA GPU"),
 }
@@ -46,18 +59,33 @@ def throughput_for(figures: dict, profile_device: str, device: str) -> Throughpu
             float(figures["step_overhead_s"]),
             str(figures.get("source", "the hardware profile")),
             bool(figures.get("measured", False)),
+            _optional_float(figures.get("half_work")),
+            _optional_float(figures.get("quantized_work")),
+            float(figures.get("half_layer_s", 0.0)),
         )
-    return DEFAULT_THROUGHPUT.get(device, DEFAULT_THROUGHPUT["cpu"])
+    if device == "cpu":
+        return cpu_default()
+    return DEFAULT_THROUGHPUT.get(device, cpu_default())
 
 
-def flops_per_token(dims: ModelDims, knobs: Knobs, stage: str, device: str, half_is_fast: bool = True,
-                    length: float | None = None) -> float:  # fmt: skip
+def cpu_default() -> Throughput:
+    """A CPU no profile describes: the figures measured on the `cpu` profile's machine, said as unmeasured
+    here."""
+    measured = throughput_for(load_hardware("cpu").throughput, "cpu", "cpu")
+    return replace(measured, measured=False, source=f"unmeasured: this CPU has the cpu profile's, {measured.source}")
+
+
+def _optional_float(value) -> float | None:
+    return None if value is None else float(value)
+
+
+def flops_per_token(dims: ModelDims, knobs: Knobs, stage: str, length: float | None = None) -> float:
     """Forward 2N per token plus attention, backward about as much again (frozen weights need no weight
     gradient; LoRA's are tiny), one more forward with checkpointing, DPO's reference forward; eager
     attention does its matrix work twice over (scores kept, softmax materialised). Lean attention
     counts as SDPA: it recomputes the scores in its backward but skips the causal half
     (bench/lean_attention.py: as fast as the CPU's fused SDPA). Attention grows with the sequence's
-    `length` (cutoff_len unless the data's lengths are known)."""
+    `length` (cutoff_len unless the data's lengths are known). Float32 work: work_factor scales it."""
     attention_work = 1.0 if knobs.lean_attention else {"eager": 2.0, "sdpa": 1.0, "fa2": 0.9}[knobs.attention]
     length = knobs.cutoff_len if length is None else length
     layer_flops = 2 * dims.layer_params() + 4 * length * dims.hidden * attention_work
@@ -66,11 +94,29 @@ def flops_per_token(dims: ModelDims, knobs: Knobs, stage: str, device: str, half
     per_token = 2 * (layers + head) + (layers if knobs.checkpointing else 0)
     if stage_of(stage).reference_model:
         per_token += layers + head  # reference forward under no_grad
-    if knobs.dtype != "fp32" and device != "cpu":
-        # 16-bit halves the bytes moved where the hardware has it; M1/M2 emulate bf16 (assumed 20% slower)
-        per_token *= 0.5 if half_is_fast else 1.25
-    # assumed costs: dequantizing 4/8-bit weights in every matmul; ZeRO-3 gathering weights per layer
-    return per_token / ((0.75 if knobs.quantization_bit else 1.0) * (0.8 if knobs.zero_stage >= 3 else 1.0))
+    return per_token
+
+
+def work_factor(dims: ModelDims, knobs: Knobs, device: str, speed: Throughput, half_is_fast: bool = True) -> float:
+    """The device's cost of the setting's work against float32's: 16-bit activations (autocast, or a 16-bit
+    checkpoint computed in its own dtype) at the measured `half_work`, or by the device's rule (half the
+    bytes moved where the GPU has fast 16-bit, assumed 1.25x where M1/M2 emulate bf16, the same on a
+    CPU); a quantized base at the measured `quantized_work` (else ASSUMED_QUANTIZED_WORK); ZeRO-3's
+    gathering of the weights per layer (assumed 1.25x)."""
+    factor = 1.0
+    if activation_width(dims, knobs) == 2:
+        rule = 1.0 if device == "cpu" else 0.5 if half_is_fast else 1.25
+        factor = rule if speed.half_work is None else speed.half_work
+    if knobs.quantization_bit:
+        factor *= speed.quantized_work or ASSUMED_QUANTIZED_WORK
+    return factor * (1.25 if knobs.zero_stage >= 3 else 1.0)
+
+
+def duration_unmeasured(knobs: Knobs, speed: Throughput, device: str) -> str:
+    """Why no duration can be backed for this setting on this device ('' where it can)."""
+    if knobs.quantization_bit and speed.quantized_work is None:
+        return f"{knobs.quantization_bit}-bit steps have no measured figure on {device}"
+    return ""
 
 
 def row_tokens(knobs: Knobs, lengths: DataLengths | None) -> tuple[float, float]:
@@ -87,15 +133,18 @@ def tokens_per_second(dims: ModelDims, knobs: Knobs, stage: str, device: str, sp
     batch pads to (every one at cutoff_len where the data's lengths are unknown: an upper bound)."""
     row, padded = row_tokens(knobs, lengths)
     sequences = sequences_per_step(stage, knobs.batch)
-    work_s = sequences * padded * flops_per_token(dims, knobs, stage, device, half_is_fast, padded) / speed.flops_per_s
-    return sequences * row / (fixed_cost_s(speed, stage) + work_s)
+    work = flops_per_token(dims, knobs, stage, padded) * work_factor(dims, knobs, device, speed, half_is_fast)
+    work_s = sequences * padded * work / speed.flops_per_s
+    return sequences * row / (fixed_cost_s(speed, stage, dims, knobs) + work_s)
 
 
-def fixed_cost_s(speed: Throughput, stage: str) -> float:
-    """A micro-step's cost that does not grow with its tokens: the profile's figure, twice over for a
-    stage with a reference model (its own forward pass and the pairs' bookkeeping; measured on the
-    tiny model, whose steps are almost all fixed cost: bench/duration.py, bench/demo_duration.py)."""
-    return speed.step_overhead_s * (2 if stage_of(stage).reference_model else 1)
+def fixed_cost_s(speed: Throughput, stage: str, dims: ModelDims, knobs: Knobs) -> float:
+    """A micro-step's cost that does not grow with its tokens: the profile's figure (measured on the
+    tiny model, whose steps are almost all fixed cost: bench/duration.py, bench/demo_duration.py) and,
+    for a 16-bit checkpoint without autocast, its per-layer figure (bench/real.py); twice over for a
+    stage with a reference model (its own forward pass and the pairs' bookkeeping)."""
+    layers = dims.layers * speed.half_layer_s if native_half(dims, knobs) else 0.0
+    return (speed.step_overhead_s + layers) * (2 if stage_of(stage).reference_model else 1)
 
 
 def optimizer_steps(args: dict, examples: int | None, world_size: int = 1) -> int | None:
@@ -128,34 +177,39 @@ class RunDuration:
     examples: int | None
     epochs: float | None  # None when max_steps sets the steps
     throughput: Throughput
+    unmeasured: str = ""  # why the step's time cannot be backed (duration_unmeasured); '' where it can
 
     @property
     def total_s(self) -> float | None:
-        return None if self.steps is None else self.step_s * self.steps
+        return None if self.steps is None or self.unmeasured else self.step_s * self.steps
 
     def as_dict(self) -> dict:
         return {
-            "predicted_step_s": round(self.step_s, 4),
+            "predicted_step_s": None if self.unmeasured else round(self.step_s, 4),
             "predicted_s": None if self.total_s is None else round(self.total_s, 2),
             "steps": self.steps,
             "examples": self.examples,
             "epochs": self.epochs,
             "source": self.throughput.source,
             "measured_figures": self.throughput.measured,
+            "unmeasured": self.unmeasured,
         }
 
 
 def run_duration(args: dict, knobs: Knobs, tokens_per_s: float, stage: str, effective: int, world_size: int,
-                 throughput: Throughput, lengths: DataLengths | None = None) -> RunDuration:  # fmt: skip
+                 throughput: Throughput, lengths: DataLengths | None = None, device: str = "cpu"
+                 ) -> RunDuration:  # fmt: skip
     """The chosen setting's optimizer step (accumulation x micro-steps at the planner's speed) and
-    the steps the trainer runs over the run's datasets."""
+    the steps the trainer runs over the run's datasets; no step time where the device never measured
+    the setting's kind of step (duration_unmeasured)."""
     accumulation = max(effective // knobs.batch, 1)
     step_s = accumulation * sequences_per_step(stage, knobs.batch) * row_tokens(knobs, lengths)[0] / tokens_per_s
     rows = training_rows(args)
     examples = train_examples(args, rows) if rows else None
     batches = {**args, "per_device_train_batch_size": knobs.batch, "gradient_accumulation_steps": accumulation}
     epochs = None if int(args.get("max_steps") or -1) > 0 else float(args.get("num_train_epochs", 3.0))
-    return RunDuration(step_s, optimizer_steps(batches, examples, world_size), examples, epochs, throughput)
+    return RunDuration(step_s, optimizer_steps(batches, examples, world_size), examples, epochs, throughput,
+                       duration_unmeasured(knobs, throughput, device))  # fmt: skip
 
 
 def steady_step_s(step_seconds: list[float]) -> float:
