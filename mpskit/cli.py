@@ -6,6 +6,7 @@ import argparse
 import atexit
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -169,7 +170,8 @@ def cmd_plan(words: list[str]) -> int:
     if as_json:
         print(json.dumps(plan_as_dict(run, memory_plan, duration, timed), indent=2))
     else:
-        print("\n".join(plan_lines(run, memory_plan, duration, timed)))
+        command = shlex.join(["mpskit", "plan", *words, "--probe"])
+        print("\n".join(plan_lines(run, memory_plan, duration, timed, command)))
     return 0 if memory_plan.fits else NOTHING_FITS
 
 
@@ -203,7 +205,7 @@ def cmd_rank(ns: argparse.Namespace) -> int:
 def cmd_chat(ns: argparse.Namespace) -> int:
     from mpskit.tools.use_run import chat
 
-    chat(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.allow_unfinished)
+    chat(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.allow_unfinished, ns.base)
     return 0
 
 
@@ -234,6 +236,14 @@ def cmd_tiny_model(ns: argparse.Namespace) -> int:
     else:
         out, built = ensure_preset_model(ns.data)
     print(f"mpskit: tiny model {'written to' if built else 'already in'} {out}")
+    return 0
+
+
+def cmd_get_model(ns: argparse.Namespace) -> int:
+    from mpskit.tools.get_model import get_model
+
+    out, made = get_model(ns.source, ns.output)
+    print(f"mpskit: model {'written to' if made else 'already in'} {out}")
     return 0
 
 
@@ -299,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", nargs="?")
     p.add_argument("--prompt", help="answer this once and exit (else a loop on standard input)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=256)
+    p.add_argument("--base", action="store_true", help="the run's base model without its adapter, to compare")
     _allow_unfinished(p)
     p = sub.add_parser("eval", help="held-out preference accuracy and reward margin of runs against the base model")
     p.add_argument("run_dirs", nargs="+")
@@ -312,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tiny-model", help="build the offline demo model (random weights) into DIR")
     p.add_argument("directory", nargs="?", help="default: where the tiny preset looks (once; kept after)")
     p.add_argument("--data", help="folder with the demo datasets (default: data/)")
+    p = sub.add_parser("get-model", help="fetch a real model once (a model preset's fetch:), or convert a GGUF file")
+    p.add_argument("source", help="a model preset with fetch: (smollm2-135m), or FILE.gguf")
+    p.add_argument("-o", "--output", help="default: the preset's model_name_or_path; beside a .gguf file, its name")
     p = sub.add_parser("compare", help="table (CSV, Markdown) and plot over finished DPO/fooDPO runs")
     p.add_argument("--out", required=True, help="folder for comparison.csv, comparison.md, comparison.png")
     p.add_argument("run_dirs", nargs="+")
@@ -320,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="versions, MPS settings, and the memory model against measured steps")
     p.add_argument("--hardware")
     p.add_argument("--model", help="a local model directory (default: a freshly built tiny model)")
-    p = sub.add_parser("demo", help="SFT, DPO, fooDPO on the tiny model, offline; prints a table")
+    p = sub.add_parser("demo", help="SFT, DPO, fooDPO on a real small model, offline; prints a table and chats")
     p.add_argument("--hardware")
     sub.metavar = "{" + ",".join(name for name in sub.choices if name != "rank") + "}"
     return parser
@@ -355,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         "export": cmd_export,
         "eval": cmd_eval,
         "tiny-model": cmd_tiny_model,
+        "get-model": cmd_get_model,
         "demo": cmd_demo,
         "doctor": cmd_doctor,
         "rank": cmd_rank,

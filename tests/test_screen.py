@@ -1,6 +1,6 @@
 """What a user sees on a terminal: `mpskit train` through a pseudo-terminal (so tqdm and the libraries
 behave as they do for a person), one mpskit line per logging step, the libraries quiet, a summary at
-the end; `-v` gives the libraries' logs back. And `mpskit demo`, which shows its stages learning."""
+the end; `-v` gives the libraries' logs back. (`mpskit demo` is test_real.py's.)"""
 
 import fcntl
 import json
@@ -102,34 +102,6 @@ def test_verbose_gives_the_library_logs_back(tiny_model, tmp_path):
     assert any("Model config Qwen2Config" in line for line in lines)
     assert any("'loss'" in line for line in lines)  # transformers' own log dict, under its bar
     assert len([line for line in lines if STEP_LINE.match(line)]) == 6
-
-
-def test_the_demo_shows_each_stage_and_what_training_changed(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "mpskit.cli", "demo"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
-    sections = re.split(r"^mpskit demo: \d/3 training ", out, flags=re.M)[1:]
-    assert [section.split()[0] for section in sections] == ["sft", "dpo", "foodpo"]
-    for stage, section in zip(("sft", "dpo", "foodpo"), sections, strict=True):
-        assert len(re.findall(r"^  mpskit: step \d+/66 \| loss", section, re.M)) == 13  # every 5 steps
-        assert re.search(rf"^  mpskit: {stage} run finished in {DURATION}: step 66/66", section, re.M)
-    rows = {line.split()[0]: line for line in out.splitlines()
-            if line.split()[:1] in (["sft"], ["dpo"], ["foodpo"]) and " -> " in line}  # fmt: skip
-    before, after = map(float, re.search(r"loss (\d+\.\d+) -> (\d+\.\d+)", rows["sft"]).groups())
-    assert after < before - 0.2  # SFT: held-out answers more likely than before the first step
-    for stage in ("dpo", "foodpo"):
-        gap = re.search(r"gap (\d+\.\d+) -> (\d+\.\d+), accuracy (\d\.\d+) -> (\d\.\d+)", rows[stage])
-        gap_before, gap_after, before, after = map(float, gap.groups())
-        assert gap_before == 0 and gap_after > 1 and before < 0.5 and after > 0.9  # the base model: every gap 0
-    table = out[out.index("stage   loss") :].split("\n\n")[0].splitlines()
-    assert len(table) == 5 and max(len(line) for line in table) <= 80, table
-    assert "answers" in out and "are noise" in out  # the closing chat answer is said to be noise
 
 
 def test_disable_tqdm_false_keeps_transformers_bar_beside_the_mpskit_lines(tiny_model, tmp_path):

@@ -1,4 +1,10 @@
-"""`make demo`: the whole pipeline offline on the tiny model, one `mpskit train` process per stage."""
+"""`make demo`: a real model's story, offline, one `mpskit train` process per stage.
+
+SmolLM2-135M-Instruct (`mpskit get-model smollm2-135m`, which `make install` runs) learns a new name
+and maker from the identity set (SFT), then DPO and fooDPO train on pairs whose chosen answer is
+checkably the better one. Each stage is evaluated on held-out data before its first step and at its
+end, and the model answers a held-out question before SFT and after it.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +17,33 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.inputs.presets import demo_data_dir
 from mpskit.run.quiet import is_verbose
 from mpskit.rundir import RunDir, make_new_folder
 
 STAGES = ("sft", "dpo", "foodpo")
-# Small enough for a 2-core CPU, large enough that DPO's held-out reward accuracy clearly moves;
-# evaluated before the first step too, so each stage shows what training changed.
-DEMO_ARGS = ["model_preset=tiny", "num_train_epochs=2", "cutoff_len=128", "eval_on_start=true"]
-CHAT_PROMPT = "55加1等于多少？"  # a held-out demo question (demo_pref_eval.json)
+MODEL_PRESET = "smollm2-135m"
+# The demo's settings: short rows (about 60 tokens), batch 4, a learning rate a real model learns from in
+# tens of steps; evaluated before the first step (the base model) and at the end.
+COMMON = [f"model_preset={MODEL_PRESET}", "cutoff_len=256", "per_device_train_batch_size=4",
+          "gradient_accumulation_steps=1", "learning_rate=1e-3", "eval_on_start=true", "logging_steps=5"]  # fmt: skip
+STAGE_WORDS = {
+    "sft": ["dataset=identity", "eval_dataset=identity_eval", "max_steps=40"],
+    "dpo": ["dataset=checked_pref", "eval_dataset=checked_pref_eval", "max_steps=10"],
+    "foodpo": ["dataset=checked_pref", "eval_dataset=checked_pref_eval", "max_steps=10"],
+}
+CHAT_PROMPT = "Who are you?"  # a held-out question (identity_eval.json)
 NEXT_COMMANDS = ("mpskit: next:", "mpskit:      ")  # each stage's summary, but the commands: chat comes last
 # What each stage's held-out evaluation is judged by, and its name in the table: SFT the answers' loss;
 # DPO and fooDPO the log-ratio gap (the reward margin with beta factored out: their betas differ) and
 # the reward accuracy, which a base model's ties (every reward 0) leave at 0 before the first step.
 PREFERENCE = {"eval_rewards/log_ratio_gap": "gap", "eval_rewards/accuracies": "accuracy"}
 HELD_OUT = {"sft": {"eval_loss": "loss"}, "dpo": PREFERENCE, "foodpo": PREFERENCE}
+
+
+def stage_words(stage: str) -> list[str]:
+    """The `mpskit train` words of a demo stage (bench/real.py trains the same)."""
+    return [f"stage={stage}", *COMMON, f"dataset_dir={demo_data_dir()}", *STAGE_WORDS[stage]]
 
 
 @dataclass
@@ -60,7 +79,7 @@ def summarise(stage: str, run_dir: Path, wall_s: float) -> StageResult:
 
 def run_stage(stage: str, hardware: str | None, log_path: Path) -> StageResult:
     """One `mpskit train` child: its mpskit lines (progress, summary) on screen, everything in log_path."""
-    command = [sys.executable, "-m", "mpskit.cli", "train", f"stage={stage}", f"run_name=demo-{stage}", *DEMO_ARGS]
+    command = [sys.executable, "-m", "mpskit.cli", "train", *stage_words(stage), f"run_name=demo-{stage}"]
     if hardware:
         command += ["--hardware", hardware]
     start = time.perf_counter()
@@ -93,13 +112,18 @@ def format_table(results: list[StageResult]) -> str:
     return "\n".join(lines)
 
 
-def run_demo(hardware: str | None = None) -> int:
-    from mpskit.tools.tiny import ensure_preset_model
+def check_model() -> None:
+    from mpskit.tools.get_model import model_folder
 
+    folder = model_folder(MODEL_PRESET)
+    if not (folder / "config.json").is_file():
+        raise MpskitError(f"the demo's model is not in {folder}",
+                          f"fetch it once (make install does): mpskit get-model {MODEL_PRESET}")  # fmt: skip
+
+
+def run_demo(hardware: str | None = None) -> int:
     started = time.perf_counter()
-    tiny_dir, built = ensure_preset_model()
-    if built:
-        print(f"mpskit demo: built the tiny model in {tiny_dir}")
+    check_model()
     log_dir = make_new_folder(Path("output") / "demo-logs" / time.strftime("%Y%m%d-%H%M%S"))
     results = []
     for number, stage in enumerate(STAGES, 1):
@@ -109,33 +133,33 @@ def run_demo(hardware: str | None = None) -> int:
     print()
     print(format_table(results))
     print(LEARNED)
-    foodpo = next(result.run_dir for result in results if result.stage == "foodpo")
-    print(f"\nmpskit demo: mpskit chat {os.path.relpath(foodpo)} --prompt '{CHAT_PROMPT}'", flush=True)
-    print(ask(foodpo, CHAT_PROMPT, log_dir / "chat.log"))
-    print(RANDOM_WEIGHTS)
+    sft = next(result.run_dir for result in results if result.stage == "sft")
+    for base, when in ((True, "before SFT (the base model)"), (False, "after SFT")):
+        command = f"mpskit chat {os.path.relpath(sft)}{' --base' if base else ''} --prompt '{CHAT_PROMPT}'"
+        answer = ask(sft, CHAT_PROMPT, log_dir / f"chat{'-base' if base else ''}.log", base)
+        print(f"\nmpskit demo: {when}: {command}\n{answer}", flush=True)
+    print(f"\n(\"{CHAT_PROMPT}\" is held out: the identity set never asks it in those words.)")
     print(f"mpskit demo: done in {time.perf_counter() - started:.0f} s")
     return 0
 
 
 LEARNED = (
     "held out, on data none of the stages trained on, the base model (evaluated before the first step)\n"
-    "beside the trained adapter: SFT lowers the loss of the reference answers. DPO and fooDPO raise the\n"
-    "log-ratio gap: how much more log-probability, over the base model, the chosen answer gains than the\n"
-    "rejected one (the reward margin divided by beta, so the two compare although their betas differ).\n"
-    "Reward accuracy is the share of pairs with a positive gap; the base model's ties count as 0."
-)
-RANDOM_WEIGHTS = (
-    "(the tiny model's weights are random and its vocabulary is the demo data's characters: its answers\n"
-    "are noise before and after a few seconds of training; the held-out figures above are what changed.\n"
-    "With a real model: make sft-qwen, make dpo-qwen, make foodpo-qwen.)"
+    "beside the trained adapter: SFT lowers the loss of the new identity's answers. DPO and fooDPO raise\n"
+    "the log-ratio gap: how much more log-probability, over the base model, the chosen answer (the new\n"
+    "identity, a right sum, a right capital) gains than the rejected one (the reward margin divided by\n"
+    "beta, so the two compare although their betas differ). Reward accuracy is the share of pairs with a\n"
+    "positive gap; the base model's ties count as 0."
 )
 
 
-def ask(run_dir: Path, prompt: str, log_path: Path) -> str:
-    """A run's adapter answers once (`mpskit chat --prompt`); its log lines go to log_path."""
-    command = [sys.executable, "-m", "mpskit.cli", "chat", str(run_dir), "--prompt", prompt, "--max-new-tokens", "32"]
+def ask(run_dir: Path, prompt: str, log_path: Path, base: bool = False) -> str:
+    """A run's adapter (or its base model alone) answers once (`mpskit chat --prompt`); its log lines go
+    to log_path."""
+    command = [sys.executable, "-m", "mpskit.cli", "chat", str(run_dir), "--prompt", prompt, "--max-new-tokens", "40"]
     with open(log_path, "w") as log:
-        answer = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True)
+        answer = subprocess.run([*command, *(["--base"] if base else [])], stdout=subprocess.PIPE, stderr=log,
+                                text=True)  # fmt: skip
     if answer.returncode != 0:
-        raise MpskitError("the demo's chat with the fooDPO adapter failed", f"see {log_path}")
+        raise MpskitError(f"the demo's chat with {run_dir} failed", f"see {log_path}")
     return answer.stdout.rstrip("\n")

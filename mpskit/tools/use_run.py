@@ -57,10 +57,16 @@ def inference_args(run: RunDir, quantized: bool = True) -> dict:
 
 
 def chat(
-    run_dir: str | Path | None, prompt: str | None = None, max_new_tokens: int = 256, allow_unfinished: bool = False
+    run_dir: str | Path | None, prompt: str | None = None, max_new_tokens: int = 256, allow_unfinished: bool = False,
+    base: bool = False,
 ) -> None:
-    """One answer to `prompt`, or a loop on standard input (`exit` ends it, `clear` forgets)."""
-    args = inference_args(open_trained(run_dir, allow_unfinished))
+    """One answer to `prompt`, or a loop on standard input (`exit` ends it, `clear` forgets). `base`: the
+    run's base model alone (its template and bits), to compare with what training made of it."""
+    if base:
+        args = inference_args(RunDir.open(run_dir or latest_run_dir()))
+        del args["adapter_name_or_path"]
+    else:
+        args = inference_args(open_trained(run_dir, allow_unfinished))
     with library_output():  # stdout is for the answers
         from llamafactory.chat import ChatModel
 
