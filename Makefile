@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast check-install lint demo chat doctor bench-memory bench-planner tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
+.PHONY: install test test-fast test-real check-install lint demo chat doctor bench-memory bench-planner bench-real tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
 
 install: $(STAMP)
 
@@ -19,7 +19,11 @@ PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist 
 
 test: $(STAMP)
 	$(BIN)/ruff check mpskit tests bench scripts
-	$(PYTEST) --durations=25
+	$(PYTEST) -m "not slow" --durations=25
+
+# The real tier whole: every test that trains the real model (SmolLM2-135M-Instruct), the slow ones too.
+test-real: $(STAMP)
+	$(PYTEST) -m real --durations=10
 
 # The unit layer, without the real training runs (marked e2e): for the edit-test loop.
 test-fast: $(STAMP)
@@ -50,6 +54,9 @@ bench-memory: $(STAMP)
 
 bench-planner: $(STAMP)
 	$(BIN)/python bench/planner.py
+
+bench-real: $(STAMP)
+	$(BIN)/python bench/real.py
 
 sft-qwen: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/run_sft.sh

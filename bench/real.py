@@ -1,0 +1,262 @@
+"""The real model, measured: SmolLM2-135M-Instruct (`mpskit get-model smollm2-135m`) through `mpskit train`.
+
+Sections (all by default; --only picks one), each case in a fresh process, rounds interleaved so a busy
+spell of the machine lands on every case, medians and spread over the rounds:
+  memory   SFT and DPO (fooDPO once), 16 and 4 bits, the project's real data and rows that fill cutoff_len,
+           held-out evaluation on: the plan's training-step and evaluation peaks against the monitor's
+           (mpskit.json: the peaks of steps and of evaluations are kept apart), and the plan's optimizer
+           step against the measured steady step (hardware profile `cpu`). Cases marked `fit` set the
+           memory model's constants and the profile's figures; the others are held out of that fit.
+  quality  identity SFT at the demo's settings in 16 and 4 bits, same data and seed: the held-out loss
+           before, along and after training (what 4-bit weights cost a real model).
+  foodpo   DPO against fooDPO on checked_pref over 3 seeds: held-out reward accuracy and log-ratio gap.
+  engine   `mpskit train` against plain `llamafactory-cli train` of the YAML mpskit wrote: the steady
+           training time a step (the trainer's train_runtime: evaluations included, in both) and the
+           process's peak RSS (whole process, imports included, for both).
+
+    python bench/real.py [--only memory|quality|foodpo|engine] [--repeats 3] [--out FILE.json]
+
+Targets: memory median |error| <= 5%, maximum <= 12% (steps and evaluations apart); step time within 25%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mpskit.plan.duration import steady_step_s  # noqa: E402
+from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
+from mpskit.rundir import RunDir  # noqa: E402
+from mpskit.tools.demo import STAGE_WORDS  # noqa: E402
+from mpskit.tools.get_model import model_folder  # noqa: E402
+
+DATA = ROOT / "data"
+PRESET = "smollm2-135m"
+MEMORY_TARGETS = (0.05, 0.12)
+TIME_TARGET = 0.25
+SFT_STEPS = int(next(word for word in STAGE_WORDS["sft"] if word.startswith("max_steps=")).split("=")[1])
+
+
+@dataclass(frozen=True)
+class Case:
+    stage: str
+    bits: int  # 16: the bf16 checkpoint as it is; 4: quantization_bit=4
+    data: str  # "real": identity / checked_pref (rows of about 60 tokens); "long": rows that fill cutoff_len
+    cutoff: int
+    batch: int
+    checkpointing: bool
+    eval_batch: int
+    fit: bool  # used to set the constants (else held out of that fit)
+    steps: int = 6
+
+    @property
+    def name(self) -> str:
+        ckpt = "ckpt" if self.checkpointing else "no-ckpt"
+        return f"{self.stage} {self.bits}-bit {self.data} {self.cutoff}x{self.batch} {ckpt} eval {self.eval_batch}"
+
+
+MEMORY_CASES = [
+    Case("sft", 16, "real", 256, 4, False, 8, fit=True),
+    Case("sft", 4, "real", 256, 4, False, 8, fit=True),
+    Case("dpo", 16, "real", 256, 4, False, 8, fit=True),
+    Case("dpo", 4, "real", 256, 4, False, 8, fit=False),
+    Case("sft", 16, "long", 512, 2, True, 4, fit=True),
+    Case("sft", 4, "long", 512, 2, False, 4, fit=False),
+    Case("dpo", 16, "long", 256, 2, False, 4, fit=False),
+    Case("dpo", 4, "long", 256, 1, True, 2, fit=True),
+    Case("foodpo", 16, "long", 256, 2, True, 2, fit=False),
+]
+DATASETS = {("sft", "real"): ("identity", "identity_eval"), ("pref", "real"): ("checked_pref", "checked_pref_eval"),
+            ("sft", "long"): ("long_sft", "long_sft"), ("pref", "long"): ("long_pref", "long_pref")}  # fmt: skip
+
+
+def model() -> Path:
+    folder = model_folder(PRESET)
+    if not (folder / "config.json").is_file():
+        raise SystemExit(f"mpskit: error: the real model is not in {folder}; fetch it: mpskit get-model {PRESET}")
+    return folder
+
+
+def case_words(case: Case, data: dict[str, Path], out: Path) -> list[str]:
+    kind = "sft" if case.stage == "sft" else "pref"
+    train, held_out = DATASETS[(kind, case.data)]
+    words = [
+        f"preset={case.stage}", f"stage={case.stage}", f"model_preset={PRESET}", f"dataset_dir={data[case.data]}",
+        f"dataset={train}", f"eval_dataset={held_out}", f"cutoff_len={case.cutoff}",
+        f"per_device_train_batch_size={case.batch}", "gradient_accumulation_steps=1", "lora_rank=8",
+        f"disable_gradient_checkpointing={str(not case.checkpointing).lower()}",
+        f"per_device_eval_batch_size={case.eval_batch}", f"max_steps={case.steps}", "eval_strategy=steps",
+        f"eval_steps={case.steps // 2}", "logging_steps=1", "save_strategy=no", "learning_rate=5e-4",
+        "hardware=cpu", "memory_budget_gb=1000", f"output_dir={out}",
+    ]  # fmt: skip
+    return words + (["quantization_bit=4"] if case.bits == 4 else [])
+
+
+def measure_case(case: Case, data: dict[str, Path], out: Path) -> dict:
+    train_in_fresh_process(case_words(case, data, out), f"bench case {case.name}", f"see {out}", OFFLINE)
+    record = RunDir.open(out).record
+    predicted, measured = record.memory.predicted, record.memory.measured
+    return {
+        "step_plan": predicted["step_gb"], "step": measured.step_gb,
+        "eval_plan": predicted["evaluation_gb"], "eval": measured.eval_gb,
+        "time_plan": record.duration.predicted_step_s, "time": steady_step_s(measured.step_seconds),
+    }  # fmt: skip
+
+
+def error(plan: float, measured: float) -> float:
+    return (plan - measured) / measured
+
+
+def spread(values: list[float], digits: int = 3) -> str:
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def run_memory(repeats: int, work: Path) -> dict:
+    data = {"real": DATA, "long": write_long_data(work / "long")}
+    rounds: list[list[dict]] = [[] for _ in MEMORY_CASES]
+    for repeat in range(repeats):
+        order = list(enumerate(MEMORY_CASES))
+        for i, case in order if repeat % 2 == 0 else order[::-1]:
+            rounds[i].append(measure_case(case, data, work / f"memory-{i}-{repeat}"))
+            print(f"round {repeat + 1} {case.name}: {json.dumps(rounds[i][-1])}", flush=True)
+    print(f"\n{'case':44} {'fit':4} {'step: plan / measured':>24} {'error':>7} {'eval: plan / measured':>24} "
+          f"{'error':>7} {'step s: plan / measured':>24} {'error':>7}")  # fmt: skip
+    rows = []
+    for case, runs in zip(MEMORY_CASES, rounds, strict=True):
+        row = {"case": case.name, "fit": case.fit}
+        cells = []
+        for key in ("step", "eval", "time"):
+            plan, measured = runs[0][f"{key}_plan"], statistics.median(run[key] for run in runs)
+            row[key] = {"plan": plan, "measured": measured, "runs": [run[key] for run in runs],
+                        "error": None if plan is None else error(plan, measured)}  # fmt: skip
+            said = "unknown / " if plan is None else f"{plan:>8.3f} / "  # a duration no measured figure backs
+            cells.append(f"{said:>11}{spread(row[key]['runs']):>13} " +
+                         ("      -" if plan is None else f"{row[key]['error']:>+7.1%}"))  # fmt: skip
+        rows.append(row)
+        print(f"{case.name:44} {'yes' if case.fit else 'no':4} " + " ".join(cells))
+    for group, selected in (("fitted", [r for r in rows if r["fit"]]), ("held out", [r for r in rows if not r["fit"]])):
+        memory = [abs(r[key]["error"]) for r in selected for key in ("step", "eval")]
+        times = [abs(r["time"]["error"]) for r in selected if r["time"]["error"] is not None]
+        print(f"{group}: memory median |error| {statistics.median(memory):.1%}, max {max(memory):.1%}; "
+              f"step time max |error| {max(times):.1%}")  # fmt: skip
+    return {"cases": rows}
+
+
+def losses(run_dir: Path, key: str) -> list[tuple[int, float]]:
+    return [(row["current_steps"], row[key]) for row in RunDir.open(run_dir).log() if key in row]
+
+
+def train_demo_stage(words: list[str], out: Path) -> RunDir:
+    train_in_fresh_process([*words, f"output_dir={out}", "hardware=cpu"], f"bench run {words[0]}", f"see {out}",
+                           OFFLINE)  # fmt: skip
+    return RunDir.open(out)
+
+
+def run_quality(repeats: int, work: Path) -> dict:
+    """Identity SFT at the demo's settings, 16 against 4 bits, one seed per round."""
+    from mpskit.tools.demo import stage_words
+
+    arms = {"16-bit": [], "4-bit": ["quantization_bit=4"]}
+    curves: dict[str, list[list[tuple[int, float]]]] = {arm: [] for arm in arms}
+    for repeat in range(repeats):
+        for arm in arms if repeat % 2 == 0 else list(arms)[::-1]:
+            words = [*stage_words("sft"), f"seed={repeat}", *arms[arm]]
+            run = train_demo_stage(words, work / f"quality-{arm}-{repeat}")
+            curves[arm].append(losses(run.path, "eval_loss"))
+            print(f"round {repeat + 1} {arm}: held-out loss {curves[arm][-1]}", flush=True)
+    summary = {}
+    for arm, runs in curves.items():
+        steps = [step for step, _ in runs[0]]
+        summary[arm] = {step: statistics.median(run[i][1] for run in runs) for i, step in enumerate(steps)}
+        line = ", ".join(f"step {step} {value:.3f}" for step, value in summary[arm].items())
+        print(f"{arm}: held-out loss (median of {repeats} seeds) {line}")
+    return summary
+
+
+def run_foodpo(seeds: int, work: Path) -> dict:
+    """DPO against fooDPO at the demo's settings on checked_pref, one seed a round."""
+    from mpskit.tools.demo import stage_words
+
+    figures: dict[str, list[dict]] = {"dpo": [], "foodpo": []}
+    for seed in range(seeds):
+        for stage in figures if seed % 2 == 0 else list(figures)[::-1]:
+            run = train_demo_stage([*stage_words(stage), f"seed={seed}"], work / f"foodpo-{stage}-{seed}")
+            results = run.results()
+            figures[stage].append({"accuracy": results["eval_rewards/accuracies"],
+                                   "gap": results["eval_rewards/log_ratio_gap"]})  # fmt: skip
+            print(f"seed {seed} {stage}: {figures[stage][-1]}", flush=True)
+    for stage, runs in figures.items():
+        print(f"{stage}: held-out accuracy {spread([r['accuracy'] for r in runs])}, "
+              f"log-ratio gap {spread([r['gap'] for r in runs], 2)} over {seeds} seeds")  # fmt: skip
+    return figures
+
+
+def peak_rss_gb(command: list[str], env: dict[str, str]) -> float:
+    """Run COMMAND to its end; the whole process's peak RSS (its own, from wait4)."""
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(child.pid, 0)
+    stderr = child.stderr.read()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"mpskit: error: {' '.join(command[:4])} failed: {stderr.strip()[-300:]}")
+    return usage.ru_maxrss * 1024 / 1024**3
+
+
+def run_engine(repeats: int, work: Path) -> dict:
+    """The demo's SFT through mpskit and the YAML it wrote through plain llamafactory-cli, in turn."""
+    from mpskit.tools.demo import stage_words
+
+    env = fresh_process_env(OFFLINE)
+    mpskit_cli = [sys.executable, "-m", "mpskit.cli", "train", *stage_words("sft"), "hardware=cpu"]
+    plain_cli = [sys.executable, "-m", "llamafactory.cli", "train"]
+    arms: dict[str, list[dict]] = {"mpskit": [], "llamafactory-cli": []}
+    yaml = None  # the YAML of the first round's mpskit run, which runs first
+    for repeat in range(repeats):
+        for arm in arms if repeat % 2 == 0 else list(arms)[::-1]:
+            out = work / f"engine-{arm}-{repeat}"
+            if arm == "mpskit":
+                peak = peak_rss_gb([*mpskit_cli, f"output_dir={out}"], env)
+                yaml = yaml or out / "llamafactory.yaml"
+            else:
+                peak = peak_rss_gb([*plain_cli, str(yaml), f"output_dir={out}"], env)
+            results = json.loads((out / "all_results.json").read_text())  # the trainer's own, in both
+            arms[arm].append({"peak_gb": peak, "step_s": results["train_runtime"] / SFT_STEPS})
+            print(f"round {repeat + 1} {arm}: {arms[arm][-1]}", flush=True)
+    for arm, runs in arms.items():
+        print(f"{arm}: training {spread([r['step_s'] for r in runs])} s a step, process peak RSS "
+              f"{spread([r['peak_gb'] for r in runs])} GB")  # fmt: skip
+    return arms
+
+
+SECTIONS = {"memory": run_memory, "quality": run_quality, "foodpo": run_foodpo, "engine": run_engine}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=list(SECTIONS), action="append", help="one section (repeatable)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds (fooDPO: seeds), default 3")
+    parser.add_argument("--out", help="write the figures as JSON here")
+    ns = parser.parse_args()
+    model()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="mpskit-bench-real-") as tmp:
+        for name in ns.only or list(SECTIONS):
+            print(f"\n== {name}", flush=True)
+            results[name] = SECTIONS[name](ns.repeats, Path(tmp))
+    if ns.out:
+        Path(ns.out).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
