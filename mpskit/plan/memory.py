@@ -71,8 +71,8 @@ TRIMMED_ACTIVATION_FACTOR = 1.15
 # stored, and a CPU or an M1/M2 plan runs no autocast) allocates otherwise: 16-bit activations beside
 # float32 LoRA inputs. Its factors, by (quantized and trimmed, gradient checkpointing), were fitted on
 # bench/real.py's cases marked `fit` (SmolLM2-135M, bf16, the CPU); the others are held out.
-NATIVE_HALF_ACTIVATION_FACTOR = {False: 1.25, True: 1.0}  # by trimmed
-NATIVE_HALF_HEAP_KEPT_FRACTION = {False: {True: 0.7, False: 0.0}, True: {True: 0.0, False: 0.1}}
+NATIVE_HALF_ACTIVATION_FACTOR = {False: 1.25, True: 1.1}  # by trimmed
+NATIVE_HALF_HEAP_KEPT_FRACTION = {False: {True: 0.52, False: 0.0}, True: {True: 0.0, False: 0.0}}
 # The held-out pass frees one layer's buffers after another under the hidden states it keeps: glibc keeps
 # this share of one layer's small buffers, times the layers (by trimmed); fitted as above, as was
 # EVAL_LEAN_CHUNK_COPIES below.
