@@ -90,7 +90,7 @@ def test_a_profile_s_figures_apply_to_its_own_device_only():
     on_cpu = throughput_for(m1.throughput, m1.device, "cpu")  # device=cpu on a Mac: the cpu profile's, unmeasured
     assert on_cpu == cpu_default() and on_cpu.source.startswith("unmeasured:") and not on_cpu.measured
     figures = load_hardware("cpu").throughput
-    assert (on_cpu.flops_per_s, on_cpu.quantized_work) == (figures["flops_per_s"], figures["quantized_work"])
+    assert (on_cpu.flops_per_s, on_cpu.quantized_weight_s) == (figures["flops_per_s"], figures["quantized_weight_s"])
 
 
 def test_a_4_bit_duration_is_given_only_where_a_4_bit_step_was_measured():
@@ -102,7 +102,7 @@ def test_a_4_bit_duration_is_given_only_where_a_4_bit_step_was_measured():
     assert f"mpskit plan {' '.join(words)} --hardware m1-pro-16gb --probe" in text  # the probe's command, whole
     cpu = plan_json(*words, "--hardware", "cpu")["duration"]  # measured on the cpu profile's machine
     assert cpu["predicted_step_s"] > 0 and cpu["unmeasured"] == ""
-    assert DEFAULT_THROUGHPUT["mps"].quantized_work is None and DEFAULT_THROUGHPUT["cuda"].quantized_work is None
+    assert all(DEFAULT_THROUGHPUT[device].quantized_weight_s is None for device in ("mps", "cuda"))
 
 
 def plan_json(*words: str, cwd: Path = ROOT) -> dict:

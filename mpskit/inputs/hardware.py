@@ -145,7 +145,7 @@ def _check_facts(data: dict, source: str) -> None:
     _check_throughput(data.get("throughput"), source)
 
 
-OPTIONAL_FIGURES = ("half_work", "quantized_work", "half_layer_s")  # duration.Throughput's, where measured
+OPTIONAL_FIGURES = ("half_work", "half_layer_s", "quantized_weight_s")  # duration.Throughput's, where measured
 
 
 def _check_throughput(figures, source: str) -> None:
@@ -164,7 +164,7 @@ def _check_throughput(figures, source: str) -> None:
     check_number(f"{where}.step_overhead_s", figures["step_overhead_s"], "number", 0, fix=fix)
     for key in OPTIONAL_FIGURES:
         if key in figures:
-            check_number(f"{where}.{key}", figures[key], "positive" if key != "half_layer_s" else "number", 0, fix=fix)
+            check_number(f"{where}.{key}", figures[key], "positive" if key == "half_work" else "number", 0, fix=fix)
     if not isinstance(figures.get("measured", False), bool):
         raise MpskitError(f"{where}.measured={figures['measured']!r} is not a switch", "write true or false")
 

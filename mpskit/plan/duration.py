@@ -32,15 +32,16 @@ class Throughput:
     # 16-bit work (autocast, or a 16-bit checkpoint's own dtype) against float32's, where measured; else
     # the device's rule: half on a GPU with fast 16-bit, 1.25x where it is emulated (M1/M2), 1 on a CPU
     half_work: float | None = None
-    # a quantized base's step against the same 16-bit one (dequantizing in every matmul), where measured;
-    # None: unmeasured, and a plan gives no duration for a quantized base (ASSUMED_QUANTIZED_WORK ranks it)
-    quantized_work: float | None = None
     # a micro-step's fixed cost per decoder layer where a 16-bit checkpoint computes without autocast
     # (each LoRA layer casts its input to float32 and back), where measured
     half_layer_s: float = 0.0
+    # seconds to dequantize one weight of a quantized base for its matmul, which each pass does again
+    # (forward, backward, a recomputed forward, a reference forward), where measured; None: unmeasured,
+    # and a plan gives no duration for a quantized base (ASSUMED_QUANTIZED_WORK only ranks it)
+    quantized_weight_s: float | None = None
 
 
-# What the planner ranks a quantized base by where its step was never measured on the device.
+# What the planner ranks a quantized base's work by where dequantizing was never timed on the device.
 ASSUMED_QUANTIZED_WORK = 1 / 0.75
 
 
@@ -60,8 +61,8 @@ def throughput_for(figures: dict, profile_device: str, device: str) -> Throughpu
             str(figures.get("source", "the hardware profile")),
             bool(figures.get("measured", False)),
             _optional_float(figures.get("half_work")),
-            _optional_float(figures.get("quantized_work")),
             float(figures.get("half_layer_s", 0.0)),
+            _optional_float(figures.get("quantized_weight_s")),
         )
     if device == "cpu":
         return cpu_default()
@@ -101,20 +102,20 @@ def work_factor(dims: ModelDims, knobs: Knobs, device: str, speed: Throughput, h
     """The device's cost of the setting's work against float32's: 16-bit activations (autocast, or a 16-bit
     checkpoint computed in its own dtype) at the measured `half_work`, or by the device's rule (half the
     bytes moved where the GPU has fast 16-bit, assumed 1.25x where M1/M2 emulate bf16, the same on a
-    CPU); a quantized base at the measured `quantized_work` (else ASSUMED_QUANTIZED_WORK); ZeRO-3's
-    gathering of the weights per layer (assumed 1.25x)."""
+    CPU); a quantized base's dequantizing, where it was never timed (ASSUMED_QUANTIZED_WORK; where it
+    was, fixed_cost_s counts it); ZeRO-3's gathering of the weights per layer (assumed 1.25x)."""
     factor = 1.0
     if activation_width(dims, knobs) == 2:
         rule = 1.0 if device == "cpu" else 0.5 if half_is_fast else 1.25
         factor = rule if speed.half_work is None else speed.half_work
-    if knobs.quantization_bit:
-        factor *= speed.quantized_work or ASSUMED_QUANTIZED_WORK
+    if knobs.quantization_bit and speed.quantized_weight_s is None:
+        factor *= ASSUMED_QUANTIZED_WORK
     return factor * (1.25 if knobs.zero_stage >= 3 else 1.0)
 
 
 def duration_unmeasured(knobs: Knobs, speed: Throughput, device: str) -> str:
     """Why no duration can be backed for this setting on this device ('' where it can)."""
-    if knobs.quantization_bit and speed.quantized_work is None:
+    if knobs.quantization_bit and speed.quantized_weight_s is None:
         return f"{knobs.quantization_bit}-bit steps have no measured figure on {device}"
     return ""
 
@@ -141,10 +142,16 @@ def tokens_per_second(dims: ModelDims, knobs: Knobs, stage: str, device: str, sp
 def fixed_cost_s(speed: Throughput, stage: str, dims: ModelDims, knobs: Knobs) -> float:
     """A micro-step's cost that does not grow with its tokens: the profile's figure (measured on the
     tiny model, whose steps are almost all fixed cost: bench/duration.py, bench/demo_duration.py) and,
-    for a 16-bit checkpoint without autocast, its per-layer figure (bench/real.py); twice over for a
-    stage with a reference model (its own forward pass and the pairs' bookkeeping)."""
+    for a 16-bit checkpoint without autocast, its per-layer figure (bench/real.py), twice over for a
+    stage with a reference model (its own forward pass and the pairs' bookkeeping); and a quantized
+    base's weights dequantized in each pass (quantized_weight_s)."""
+    reference = stage_of(stage).reference_model
     layers = dims.layers * speed.half_layer_s if native_half(dims, knobs) else 0.0
-    return (speed.step_overhead_s + layers) * (2 if stage_of(stage).reference_model else 1)
+    fixed = (speed.step_overhead_s + layers) * (2 if reference else 1)
+    if knobs.quantization_bit and speed.quantized_weight_s is not None:
+        passes = 2 + int(knobs.checkpointing) + int(reference)
+        fixed += dims.layers * dims.layer_linear_weights() * speed.quantized_weight_s * passes
+    return fixed
 
 
 def optimizer_steps(args: dict, examples: int | None, world_size: int = 1) -> int | None:
