@@ -8,6 +8,7 @@ B A in the next round). From mpskit.json (RSS above the imports, the memory moni
   - training memory: the run's peak, loading included;
   - the loading peak: the highest it went before the first step, against the base's size on disk;
   - the step time: the median of the steps after the first.
+  - the plan's error: (planned - measured) / measured training memory;
 Then each run is exported (`mpskit export`, in a fresh process whose peak RSS is reset after the
 imports): the 16-bit run through LLaMA-Factory's export (the whole model loaded, merged, saved), the
 4-bit one merged shard by shard from the 16-bit base; the peak above the imports, against the
@@ -21,9 +22,10 @@ glibc's heap keeps the pages of freed buffers below its mmap threshold, which on
 training peak vary by tenths of a GB between identical runs (dequantizing 4-bit weights in every
 matmul frees many such buffers). `--fixed-mmap-threshold` runs both arms with MALLOC_MMAP_THRESHOLD_
 at 1 MiB, so buffers of 1 MiB and more go back to the system when freed: the same comparison with
-that noise left out.
+that noise left out. `--fp32` runs both arms with bf16=false: no autocast, so the bf16 shards compute in
+bf16 as stored (LLaMA-Factory loads them so).
 
-    python bench/qlora.py [--repeats 3] [--fixed-mmap-threshold] [--out FILE.json]
+    python bench/qlora.py [--repeats 3] [--fixed-mmap-threshold] [--fp32] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def run_case(model: Path, data: Path, out: Path, extra: list[str], env: dict[str
     merged_gb = sum(path.stat().st_size for path in merged.glob("*.safetensors")) / GIB
     return {
         "training_gb": measured.training_gb,
+        "training_plan_error": memory.error,  # (plan - measured) / measured
         "loading_peak_gb": measured.loading_peak_gb,
         "loading_estimate_gb": memory.predicted.get("loading_gb"),
         "step_s": steady_step_s(measured.step_seconds),
@@ -117,6 +120,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="rounds of both cases (default 3)")
     parser.add_argument("--fixed-mmap-threshold", action="store_true", help="glibc's mmap threshold fixed at 1 MiB")
+    parser.add_argument("--fp32", action="store_true", help="bf16=false: the shards compute as stored, no autocast")
     parser.add_argument("--out", help="also write the figures as JSON here")
     ns = parser.parse_args()
     if ns.repeats < 1:
@@ -130,7 +134,8 @@ def main() -> int:
         env = {"MALLOC_MMAP_THRESHOLD_": str(1024**2)} if ns.fixed_mmap_threshold else {}
         for i in range(ns.repeats):
             order = list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]
-            figures = {arm: run_case(model, data, work / f"run-{i}-{arm}", ARMS[arm], env) for arm in order}
+            extra = {arm: [*ARMS[arm], *(["bf16=false"] if ns.fp32 else [])] for arm in order}
+            figures = {arm: run_case(model, data, work / f"run-{i}-{arm}", extra[arm], env) for arm in order}
             rounds.append(figures)
             print(f"round {i + 1}: " + "; ".join(f"{arm} {json.dumps(figures[arm])}" for arm in ARMS), flush=True)
     savable_gb = linear * (2 - QUANTIZED_BYTES[4]) / GIB
@@ -143,6 +148,8 @@ def main() -> int:
         ratios = [r["4-bit"][key] / r["16-bit"][key] for r in rounds]
         print(f"{label:20} 16-bit {spread(values['16-bit'])}  4-bit {spread(values['4-bit'])}  "
               f"4-bit/16-bit {spread(ratios)}")  # fmt: skip
+    errors = {arm: [r[arm]["training_plan_error"] for r in rounds] for arm in ARMS}
+    print("training memory, plan against measured: " + ", ".join(f"{arm} {spread(errors[arm])}" for arm in ARMS))
     share = statistics.median(saved) / savable_gb
     loading = [r["4-bit"]["loading_peak_gb"] / base_gb for r in rounds]
     loading_error = [r["4-bit"]["loading_estimate_gb"] / r["4-bit"]["loading_peak_gb"] - 1 for r in rounds]

@@ -15,6 +15,7 @@ spell of the machine lands on every case, medians and spread over the rounds:
            process's peak RSS (whole process, imports included, for both).
 
     python bench/real.py [--only memory|quality|foodpo|engine] [--repeats 3] [--out FILE.json]
+    python bench/real.py --replan FILE.json      (the memory table of saved runs against the current plans)
 
 Targets: memory median |error| <= 5%, maximum <= 12% (steps and evaluations apart); step time within 25%.
 """
@@ -34,8 +35,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mpskit.inputs.resolve import resolve  # noqa: E402
+from mpskit.inputs.run_words import read_run_words  # noqa: E402
+from mpskit.plan.advice import plan_duration, plan_run  # noqa: E402
 from mpskit.plan.duration import steady_step_s  # noqa: E402
 from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
+from mpskit.plan.memory import GB  # noqa: E402
 from mpskit.rundir import RunDir  # noqa: E402
 from mpskit.tools.demo import STAGE_WORDS  # noqa: E402
 from mpskit.tools.get_model import model_folder  # noqa: E402
@@ -103,14 +108,21 @@ def case_words(case: Case, data: dict[str, Path], out: Path) -> list[str]:
 
 
 def measure_case(case: Case, data: dict[str, Path], out: Path) -> dict:
+    """One run of the case: the monitor's peaks of training steps and of evaluations, the steady step."""
     train_in_fresh_process(case_words(case, data, out), f"bench case {case.name}", f"see {out}", OFFLINE)
-    record = RunDir.open(out).record
-    predicted, measured = record.memory.predicted, record.memory.measured
-    return {
-        "step_plan": predicted["step_gb"], "step": measured.step_gb,
-        "eval_plan": predicted["evaluation_gb"], "eval": measured.eval_gb,
-        "time_plan": record.duration.predicted_step_s, "time": steady_step_s(measured.step_seconds),
-    }  # fmt: skip
+    measured = RunDir.open(out).record.memory.measured
+    return {"step": measured.step_gb, "eval": measured.eval_gb, "time": steady_step_s(measured.step_seconds)}
+
+
+def plan_case(case: Case, data: dict[str, Path]) -> dict:
+    """The plan's figures for the case, as `mpskit train` plans it (no torch: the current code's plan, so
+    --replan shows saved measurements against changed constants)."""
+    given = read_run_words(case_words(case, data, Path(tempfile.gettempdir()) / "unwritten"))
+    run = resolve(given.values, hardware=given.hardware)
+    plan = plan_run(run)
+    estimate = plan.chosen.estimate
+    return {"step": estimate.step / GB, "eval": estimate.evaluation / GB,
+            "time": plan_duration(run, plan).as_dict()["predicted_step_s"]}  # fmt: skip
 
 
 def error(plan: float, measured: float) -> float:
@@ -129,19 +141,25 @@ def run_memory(repeats: int, work: Path) -> dict:
         for i, case in order if repeat % 2 == 0 else order[::-1]:
             rounds[i].append(measure_case(case, data, work / f"memory-{i}-{repeat}"))
             print(f"round {repeat + 1} {case.name}: {json.dumps(rounds[i][-1])}", flush=True)
-    print(f"\n{'case':44} {'fit':4} {'step: plan / measured':>24} {'error':>7} {'eval: plan / measured':>24} "
-          f"{'error':>7} {'step s: plan / measured':>24} {'error':>7}")  # fmt: skip
+    return memory_table({case.name: runs for case, runs in zip(MEMORY_CASES, rounds, strict=True)}, data)
+
+
+def memory_table(measured: dict[str, list[dict]], data: dict[str, Path]) -> dict:
+    """Each case's plan (the current code's) against the median of its measured runs."""
+    print(f"\n{'case':44} {'fit':4} {'step GB: plan / measured':>26} {'error':>7} {'eval GB: plan / measured':>26} "
+          f"{'error':>7} {'step s: plan / measured':>26} {'error':>7}")  # fmt: skip
     rows = []
-    for case, runs in zip(MEMORY_CASES, rounds, strict=True):
-        row = {"case": case.name, "fit": case.fit}
+    for case in MEMORY_CASES:
+        runs, plan = measured[case.name], plan_case(case, data)
+        row = {"case": case.name, "fit": case.fit, "runs": runs}
         cells = []
         for key in ("step", "eval", "time"):
-            plan, measured = runs[0][f"{key}_plan"], statistics.median(run[key] for run in runs)
-            row[key] = {"plan": plan, "measured": measured, "runs": [run[key] for run in runs],
-                        "error": None if plan is None else error(plan, measured)}  # fmt: skip
-            said = "unknown / " if plan is None else f"{plan:>8.3f} / "  # a duration no measured figure backs
-            cells.append(f"{said:>11}{spread(row[key]['runs']):>13} " +
-                         ("      -" if plan is None else f"{row[key]['error']:>+7.1%}"))  # fmt: skip
+            median = statistics.median(run[key] for run in runs)
+            row[key] = {"plan": plan[key], "measured": median,
+                        "error": None if plan[key] is None else error(plan[key], median)}  # fmt: skip
+            said = "unknown / " if plan[key] is None else f"{plan[key]:>8.3f} / "  # no measured figure backs one
+            cells.append(f"{said:>11}{spread([run[key] for run in runs]):>15} " +
+                         ("      -" if plan[key] is None else f"{row[key]['error']:>+7.1%}"))  # fmt: skip
         rows.append(row)
         print(f"{case.name:44} {'yes' if case.fit else 'no':4} " + " ".join(cells))
     for group, selected in (("fitted", [r for r in rows if r["fit"]]), ("held out", [r for r in rows if not r["fit"]])):
@@ -246,7 +264,15 @@ def main() -> int:
     parser.add_argument("--only", choices=list(SECTIONS), action="append", help="one section (repeatable)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds (fooDPO: seeds), default 3")
     parser.add_argument("--out", help="write the figures as JSON here")
+    parser.add_argument("--replan", metavar="FILE", help="no runs: the memory table of a saved --out file against "
+                        "the current code's plans (after a change of the memory model's constants)")
     ns = parser.parse_args()
+    if ns.replan:
+        with tempfile.TemporaryDirectory(prefix="mpskit-bench-real-") as tmp:
+            saved = json.loads(Path(ns.replan).read_text())["memory"]["cases"]
+            data = {"real": DATA, "long": write_long_data(Path(tmp))}
+            memory_table({row["case"]: row["runs"] for row in saved}, data)
+        return 0
     model()
     results = {}
     with tempfile.TemporaryDirectory(prefix="mpskit-bench-real-") as tmp:
