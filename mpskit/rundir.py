@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from mpskit import lock_files
 from mpskit.errors import MpskitError
 
 RECORD = "mpskit.json"
@@ -258,52 +259,16 @@ def writing(path: Path, what: str, doing: str) -> Iterator[None]:
     lock = path.parent / f".{path.name}.lock"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = _open_lock(lock, path)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
-                os.close(fd)
-                raise MpskitError(
-                    f"cannot write {path}: it is in use by {holder}", f"wait until it ends, or give {what} another path"
-                ) from None
-            if _same_file(fd, lock):  # not a lock file its last holder removed while this one waited to open it
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"process {os.getpid()} ({doing})".encode())
+        fd, holder = lock_files.take_lock_file(lock, doing)
     except OSError as err:
         raise cannot_write(path, err, what) from None
+    if holder:
+        problem = f"cannot write {path}: it is in use by {holder}"
+        raise MpskitError(problem, f"wait until it ends, or give {what} another path")
     try:
         yield
     finally:
-        lock.unlink(missing_ok=True)
-        os.close(fd)
-
-
-def check_new_folder_target(path: Path, fix: str) -> None:
-    """A folder a writer fills (export -o, tiny-model): absent, or an empty folder of the user's."""
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise MpskitError(f"{path} already exists and is not an empty folder", fix)
-
-
-def _open_lock(lock: Path, path: Path) -> int:
-    try:
-        return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as err:
-        if err.errno not in (errno.EISDIR, errno.ELOOP):
-            raise
-        what = "a folder" if err.errno == errno.EISDIR else "a link"
-        problem = f"cannot write {path}: {lock} is {what}, not mpskit's lock file"
-        raise MpskitError(problem, f"move {lock} away") from None
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        return os.path.samestat(os.fstat(fd), path.lstat())
-    except FileNotFoundError:
-        return False
+        lock_files.remove_own(fd, lock)
 
 
 def _pathconf(folder: Path, name: str, default: int) -> int:
@@ -839,25 +804,20 @@ class RunDir:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            holder = "another process"
-            with contextlib.suppress(OSError):
-                holder = note.read_text(encoding="utf-8").strip() or holder
+            holder = lock_files.read_note(note) or "another process"
             raise MpskitError(
                 f"{self.path} is in use by {holder}", "wait until it ends (or stop it), then run this again"
             ) from None
-        noted = False
-        with contextlib.suppress(OSError):  # a read-only folder, or a link there: locked, only without the note
-            note_fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(note_fd, "w", encoding="utf-8") as file:
-                file.write(f"process {os.getpid()} ({doing})")
-            noted = True
+        try:
+            note_fd = lock_files.leave_note(note, doing)
+        except BaseException:
+            os.close(fd)
+            raise
         try:
             self.record = read_record(self.path)  # as the last holder left it
             yield
         finally:
-            if noted:
-                with contextlib.suppress(OSError):
-                    note.unlink(missing_ok=True)
+            lock_files.remove_own(note_fd, note)
             os.close(fd)
 
     def check_no_links(self) -> None:

@@ -169,7 +169,7 @@ def test_links_planted_in_a_run_folder_are_not_written_through(tmp_path):
     (run_dir / ".mpskit.lock").symlink_to(victim)
     (run_dir / "eval").symlink_to(elsewhere)
     result = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)  # a no-op that takes the lock
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 2 and ".mpskit.lock is a link, not mpskit's lock file" in result.stderr
     assert victim.read_text() == "mine\n" and (run_dir / ".mpskit.lock").is_symlink()
     run = RunDir.open(run_dir)
     with pytest.raises(MpskitError, match="eval is a link"):

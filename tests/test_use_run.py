@@ -253,8 +253,8 @@ def test_an_export_stopped_by_sigterm_removes_its_temporary_folder(finished_run,
 
 
 def test_a_merged_model_moves_into_an_empty_folder_on_its_own_file_system_config_last(tmp_path, monkeypatch):
+    from mpskit import output_folder
     from mpskit.errors import MpskitError
-    from mpskit.tools import use_run
 
     out = tmp_path / "disk"
     partial = out / ".disk.partial-1"
@@ -262,21 +262,21 @@ def test_a_merged_model_moves_into_an_empty_folder_on_its_own_file_system_config
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         (partial / name).write_text(name)
     moved = []
-    monkeypatch.setattr(use_run.os, "rename", lambda src, dst: moved.append(Path(dst).name) or os.replace(src, dst))
-    use_run.move_into_place(partial, out)
+    monkeypatch.setattr(output_folder.os, "rename", lambda src, dst: moved.append(Path(dst).name) or os.replace(src, dst))
+    output_folder.move_into_place(partial, out)
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
     assert moved[-1] == "config.json" and all(Path(p).parent == out for p in out.iterdir())
     taken = tmp_path / "taken"
     (taken / ".taken.partial-2").mkdir(parents=True)
     (taken / "config.json").write_text("another export's")
-    with pytest.raises(MpskitError, match="written by another export meanwhile"):
-        use_run.move_into_place(taken / ".taken.partial-2", taken)
+    with pytest.raises(MpskitError, match="written by another process meanwhile"):
+        output_folder.move_into_place(taken / ".taken.partial-2", taken)
     beside, full = tmp_path / ".full.partial-3", tmp_path / "full"
     for folder in (beside, full):
         folder.mkdir()
         (folder / "config.json").write_text(folder.name)
-    with pytest.raises(MpskitError, match="written by another export meanwhile"):  # made and filled meanwhile
-        use_run.move_into_place(beside, full)
+    with pytest.raises(MpskitError, match="written by another process meanwhile"):  # made and filled meanwhile
+        output_folder.move_into_place(beside, full)
     assert (full / "config.json").read_text() == "full"
 
 

@@ -13,18 +13,16 @@ leaves no half model where a run would look. Imports torch only to convert.
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
+from mpskit import output_folder
 from mpskit.errors import MpskitError
 from mpskit.inputs.presets import load_yaml, preset_names, resolve_preset_file
 from mpskit.run.quiet import is_verbose
-from mpskit.rundir import cannot_write, check_new_folder_target, writing
 
 GGUF_SUFFIX = ".gguf"
 DTYPE = "bfloat16"  # GGUF's 4-bit blocks dequantize exactly into float32; bf16 halves the folder
@@ -62,17 +60,8 @@ def get_model(source: str, output: str | None = None) -> tuple[Path, bool]:
 def _made(out: Path, make) -> tuple[Path, bool]:
     if (out / "config.json").is_file():
         return out, False
-    with writing(out, "the model folder", "mpskit get-model"):
-        check_new_folder_target(out, "give -o another folder, or delete it")
-        partial = out.parent / f".{out.name}.partial-{os.getpid()}"
-        try:
-            make(partial)
-            os.rename(partial, out)  # onto nothing, or onto the user's empty folder
-        except OSError as err:
-            raise cannot_write(out, err, "-o") from None
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)  # this process's own half-written folder
-    return out, True
+    fix = "give -o another folder, or delete it"
+    return output_folder.fill(out, "the model folder", "mpskit get-model", fix, make), True
 
 
 def _fetch_and_convert(fetch: dict, out: Path) -> None:

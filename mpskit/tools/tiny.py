@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mpskit import output_folder
 from mpskit.errors import MpskitError
 from mpskit.inputs.presets import demo_data_dir, preset_model_dir
 from mpskit.run.quiet import is_verbose
-from mpskit.rundir import cannot_write, check_new_folder_target, writing
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2.5's chat template without tools: its default system prompt is LLaMA-Factory's `qwen` template's.
@@ -62,12 +62,11 @@ def build_tiny_model(
     data = Path(data_dir) if data_dir else demo_data_dir()
     if not data.is_dir():
         raise MpskitError(f"data directory {data} not found", "pass --data DIR with the demo datasets")
-    with writing(out, "the model folder", "mpskit tiny-model"):
-        check_new_folder_target(out, "choose another folder or use it as is")
-        return _build(out, data, seed, dims)
+    return output_folder.fill(out, "the model folder", "mpskit tiny-model", "choose another folder or use it as is",
+                              lambda partial: _build(partial, data, seed, dims))  # fmt: skip
 
 
-def _build(out: Path, data: Path, seed: int, dims: dict | None) -> Path:
+def _build(out: Path, data: Path, seed: int, dims: dict | None) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -106,10 +105,5 @@ def _build(out: Path, data: Path, seed: int, dims: dict | None) -> Path:
     model = Qwen2ForCausalLM(config)
     if not is_verbose():
         hf_logging.disable_progress_bar()  # "Writing model shards" for one small file
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-    except OSError as err:
-        raise cannot_write(out, err, "the model folder") from None
-    return out
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -6,13 +6,13 @@ hid it, before LLaMA-Factory (and torch) load."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
+from mpskit import output_folder
 from mpskit.errors import MpskitError
 from mpskit.run.quiet import library_output
-from mpskit.rundir import RunDir, check_new_folder_target, latest_run_dir, writing
+from mpskit.rundir import RunDir, latest_run_dir
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 EXPORT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # else float32: what the run trained in
@@ -95,51 +95,22 @@ def chat(
 
 def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bool = False) -> Path:
     """The base model with the run's LoRA merged in, as a Hugging Face model folder (a new or empty
-    one). It is written under a hidden temporary name on OUT's own file system (inside OUT when OUT is
-    the user's empty folder, which may be a mount point; beside it otherwise), moved into place when
-    complete, and removed on any other end (an error, Ctrl-C, SIGTERM), so a killed export leaves no
-    folder that looks like a model. One export at a time writes OUT (rundir.writing)."""
+    one), written as output_folder.fill writes: under a hidden name, moved into place when complete."""
     out = Path(os.path.abspath(Path(out_dir).expanduser()))
-    with writing(out, "-o", "mpskit export"):
-        check_new_folder_target(out, "give -o a new folder")
-        return _export(open_trained(run_dir, allow_unfinished), out)
+    return output_folder.fill(out, "-o", "mpskit export", "give -o a new folder",
+                              lambda partial: _export(open_trained(run_dir, allow_unfinished), partial))  # fmt: skip
 
 
-def _export(run: RunDir, out: Path) -> Path:
-    partial = (out if out.is_dir() else out.parent) / f".{out.name}.partial-{os.getpid()}"
-    try:
-        with run.locked("mpskit export"):
-            args = {**inference_args(run, quantized=False), "export_dir": str(partial)}
-            with library_output():
-                if run.yaml_args().get("quantization_bit"):
-                    _merge_by_shard(args, partial)
-                else:
-                    from llamafactory.train.tuner import export_model
+def _export(run: RunDir, partial: Path) -> None:
+    with run.locked("mpskit export"):
+        args = {**inference_args(run, quantized=False), "export_dir": str(partial)}
+        with library_output():
+            if run.yaml_args().get("quantization_bit"):
+                _merge_by_shard(args, partial)
+            else:
+                from llamafactory.train.tuner import export_model
 
-                    export_model(args)
-        move_into_place(partial, out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)  # this export's own half-written folder
-        raise
-    return out
-
-
-def move_into_place(partial: Path, out: Path) -> None:
-    """PARTIAL's files become OUT's, by renames on one file system: PARTIAL itself onto a missing OUT;
-    into OUT, config.json last (what makes a folder a model), when PARTIAL lies inside it. Another
-    export that got there first is one line."""
-    taken = MpskitError(f"{out} was written by another export meanwhile", "give -o a new folder")
-    if partial.parent != out:
-        try:
-            os.rename(partial, out)
-        except OSError as err:  # a folder that another export filled meanwhile
-            raise taken from err
-        return
-    if any(path != partial for path in out.iterdir()):
-        raise taken
-    for path in sorted(partial.iterdir(), key=lambda path: path.name == "config.json"):
-        os.rename(path, out / path.name)
-    partial.rmdir()
+                export_model(args)
 
 
 def _merge_by_shard(args: dict, out: Path) -> None:

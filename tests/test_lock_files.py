@@ -1,0 +1,95 @@
+"""Lock files and leftovers mpskit did not make: a hard link, a FIFO or the user's own file where mpskit
+keeps a lock note is refused in one line naming it and never written; a killed writer's half-written
+folder is cleared by the next writer."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, run_mpskit
+
+from mpskit.rundir import Attempt, RunRecord, write_record
+
+ADAPTER = b"the adapter's bytes"
+
+
+def finished_run(tmp_path):
+    run_dir = tmp_path / "output" / "f" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    write_record(run_dir, RunRecord(run_name="f", stage="sft", device="cpu", attempts=[Attempt(1, outcome="finished")]))
+    (run_dir / "llamafactory.yaml").write_text("stage: sft\n")
+    (run_dir / "adapter_model.safetensors").write_bytes(ADAPTER)
+    (run_dir / "adapter_config.json").write_text("{}")
+    return run_dir
+
+
+def mpskit_at_most(seconds: float, *words: str, cwd) -> subprocess.CompletedProcess:
+    """A fresh process, so that a command that hangs on an open fails the test instead of holding it."""
+    command = [sys.executable, "-m", "mpskit.cli", *words]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=seconds)
+
+
+@pytest.mark.parametrize("plant", ["hard link", "FIFO", "own file"])
+def test_a_run_folders_lock_note_that_mpskit_did_not_make_is_refused_and_left_alone(tmp_path, plant):
+    run_dir = finished_run(tmp_path)
+    note = run_dir / ".mpskit.lock"
+    if plant == "hard link":  # a copied or unpacked folder: tar keeps hard links
+        os.link(run_dir / "adapter_model.safetensors", note)
+    elif plant == "FIFO":
+        os.mkfifo(note)
+    else:
+        note.write_text("my notes\n")
+    for words in (["train", "--resume", str(run_dir)], ["export", str(run_dir), "-o", str(tmp_path / "merged")]):
+        result = mpskit_at_most(60, *words, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert f"{note} is a" in result.stderr and f"move {note} away" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert (run_dir / "adapter_model.safetensors").read_bytes() == ADAPTER
+    assert plant != "own file" or note.read_text() == "my notes\n"
+
+
+def test_a_stale_note_of_mpskits_own_is_replaced_and_goes_with_its_holder(tmp_path):
+    run_dir = finished_run(tmp_path)
+    (run_dir / ".mpskit.lock").write_text("process 4242 (mpskit train)")  # a killed run's
+    result = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert result.returncode == 0 and "already finished" in result.stderr, result.stderr
+    assert not (run_dir / ".mpskit.lock").exists()
+
+
+@pytest.mark.parametrize("plant", ["hard link", "FIFO", "own file"])
+def test_an_output_paths_lock_file_that_mpskit_did_not_make_is_refused_and_left_alone(tmp_path, plant):
+    target, lock, victim = tmp_path / "run.yaml", tmp_path / ".run.yaml.lock", tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    if plant == "hard link":
+        os.link(victim, lock)
+    elif plant == "FIFO":
+        os.mkfifo(lock)
+    else:
+        lock.write_text("mine\n")
+    result = mpskit_at_most(60, "config", "preset=sft", "model_preset=tiny", "-o", str(target), cwd=tmp_path)
+    assert result.returncode == 2 and f"{lock} is a" in result.stderr and "move" in result.stderr, result.stderr
+    assert victim.read_text() == "mine\n" and not target.exists()
+    assert plant == "FIFO" or lock.read_text() == "mine\n"
+
+
+def test_a_killed_writers_half_written_folder_is_cleared_by_the_next_writer(tmp_path):
+    """tiny-model killed by SIGKILL while it writes: the user's empty folder holds only its hidden
+    leftover; the next tiny-model there removes it (its process is gone), says so, and writes the model."""
+    out = tmp_path / "model"
+    out.mkdir()
+    child = subprocess.Popen([sys.executable, "-m", "mpskit.cli", "tiny-model", str(out)], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(out.glob(".model.partial-*/*")) and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.02)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    [leftover] = list(out.iterdir())
+    assert leftover.name == f".model.partial-{child.pid}"
+    result = run_mpskit("tiny-model", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"removed {leftover}, left by a writer of model that was killed" in result.stderr
+    assert (out / "config.json").is_file() and not leftover.exists()
