@@ -7,6 +7,7 @@ import atexit
 import json
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -14,6 +15,8 @@ from typing import NoReturn
 from mpskit import __version__
 from mpskit.errors import Interrupted, MpskitError, NextRung, warn
 from mpskit.run.quiet import VERBOSE_VARIABLE
+from mpskit.run.signals import STOP_SIGNALS
+from mpskit.self_command import mpskit_command
 from mpskit.temporary import install_sigterm_exit
 
 NOTHING_FITS = 3  # `mpskit plan`: the report is printed, and no setting fits
@@ -347,10 +350,22 @@ def _go_on_in_a_fresh_process(run_dir) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     atexit._run_exitfuncs()  # os.execv runs no atexit handler itself
-    os.execv(sys.executable, [sys.executable, "-m", "mpskit.cli", "train", "--resume", str(run_dir)])
+    # a signal in the moment of the exec waits, blocked, until the new process's guard can record it
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    command = mpskit_command("train", "--resume", str(run_dir))
+    os.execv(command[0], command)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a Ctrl-C at any moment, even while a summary or an error line prints, is one line."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("\nmpskit: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     if argv is None:  # the command line: a SIGTERM unwinds, so temporary folders go (temporary.py)
         install_sigterm_exit()
         argv = sys.argv[1:]
@@ -391,9 +406,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             where = "stopped before any checkpoint was saved; start it again with"
         print(f"mpskit: {where}: mpskit train --resume {stop.run_dir}", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:
-        print("mpskit: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `mpskit ls | head`: the reader stopped reading; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

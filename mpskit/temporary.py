@@ -31,4 +31,6 @@ def exit_on_sigterm(signum: int, frame: object) -> NoReturn:
 
 
 def install_sigterm_exit() -> None:
+    """SIGTERM and SIGHUP (the terminal closed) alike."""
     signal.signal(signal.SIGTERM, exit_on_sigterm)
+    signal.signal(signal.SIGHUP, exit_on_sigterm)

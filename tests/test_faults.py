@@ -263,3 +263,51 @@ def test_a_kill_after_a_rung_resumes_with_what_the_rung_chose(tmp_path, tiny_mod
     assert last["outcome"] == "finished" and last["resumed_from"] == "checkpoint-4" and last["knobs"]["lora_rank"] == 4
     assert json.loads((run_dir / "adapter_config.json").read_text())["r"] == 4
     assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 6
+
+
+def test_a_closed_terminal_saves_a_checkpoint_records_the_stop_and_resume_finishes(tmp_path, tiny_model):
+    """SIGHUP (the terminal closed) is a stop like SIGTERM: a checkpoint at the end of the step, the
+    attempt recorded, the lock note gone."""
+    child = start(tmp_path, tiny_model, "hup", steps=6)
+    log = tmp_path / "output" / "hup" / "latest" / "trainer_log.jsonl"
+    wait_for(lambda: log.is_file() and len(log.read_text().splitlines()) >= 2)
+    child.send_signal(signal.SIGHUP)
+    _, stderr = child.communicate(timeout=300)
+    assert child.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    run_dir = run_dir_of(tmp_path, "hup")
+    assert record(run_dir)["attempts"][-1]["outcome"] == "stopped by SIGHUP"
+    assert checkpoints(run_dir) and not (run_dir / ".mpskit.lock").exists()
+    resumed = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 6
+
+
+@pytest.mark.parametrize(("name", "delay_s"), [("SIGINT", 0.1), ("SIGTERM", 0.4)])
+def test_the_out_of_memory_re_exec_imports_what_the_first_process_did_and_keeps_a_signal(
+    tmp_path, tiny_model, name, delay_s
+):
+    """`mpskit train` (the console script) in a folder that holds a datasets.py, out of memory at step 3:
+    the fresh process of the next rung imports the library, not the folder's file; a signal 0.1-0.5 s
+    after the rung's line is recorded as the stop of that new attempt (not a fatal error at start-up,
+    not the folder's datasets.py), and --resume finishes the run."""
+    (tmp_path / "datasets.py").write_text("raise RuntimeError('the working folder was imported')\n")
+    words = ["train", "preset=sft", f"model_name_or_path={tiny_model}", *SHORT, *STAGE_DATA["sft"], "max_steps=6",
+             *RUNGS["batch"], "run_name=rung"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MPSKIT_FAKE_OOM_AT_STEP": "3"}
+    script = Path(sys.executable).with_name("mpskit")
+    child = subprocess.Popen([str(script), *words], cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env)
+    lines = []
+    for line in child.stderr:
+        lines.append(line)
+        if "in a fresh process" in line:
+            time.sleep(delay_s)
+            child.send_signal(getattr(signal, name))
+    child.wait(timeout=300)
+    stderr = "".join(lines)
+    assert "Fatal Python error" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    run_dir = run_dir_of(tmp_path, "rung")
+    outcomes = [attempt["outcome"] for attempt in record(run_dir)["attempts"]]
+    assert child.returncode == 130 and outcomes == ["out of memory", f"stopped by {name} before training began"]
+    resumed = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert record(run_dir)["attempts"][-1]["outcome"] == "finished"

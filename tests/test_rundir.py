@@ -397,3 +397,19 @@ def test_unknown_keys_inside_the_records_sections_survive_a_rewrite(tmp_path):
     assert written["attempts"][0]["newer"] == {"y": 2} and written["ladder"]["newer"] == [1]
     assert written["memory"]["newer_figure"] == 1 and written["duration"]["newer"] == "a"
     assert "other_keys" not in json.dumps(written)
+
+
+def test_the_summary_of_a_stop_mid_accumulation_gives_the_step_its_checkpoint_reached(tmp_path):
+    """A second Ctrl-C while the step accumulated: nothing logged since, but checkpoint-3 was saved."""
+    from mpskit.run.summary import summary_lines
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    stopped = Attempt(1, outcome="stopped by SIGINT a second time, while stopping")
+    record = RunRecord(run_name="r", stage="sft", device="cpu", attempts=[stopped])
+    record.duration.steps = 8
+    write_record(run_dir, record)
+    (run_dir / "llamafactory.yaml").write_text("stage: sft\n")
+    make_checkpoint(run_dir, 3)
+    lines = summary_lines(RunDir.open(run_dir))
+    assert ": step 3/8" in lines[0] and lines[-1] == f"mpskit: newest complete checkpoint: {run_dir}/checkpoint-3"

@@ -262,7 +262,8 @@ def test_a_merged_model_moves_into_an_empty_folder_on_its_own_file_system_config
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         (partial / name).write_text(name)
     moved = []
-    monkeypatch.setattr(output_folder.os, "rename", lambda src, dst: moved.append(Path(dst).name) or os.replace(src, dst))
+    rename = lambda src, dst: moved.append(Path(dst).name) or os.replace(src, dst)  # noqa: E731
+    monkeypatch.setattr(output_folder.os, "rename", rename)
     output_folder.move_into_place(partial, out)
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
     assert moved[-1] == "config.json" and all(Path(p).parent == out for p in out.iterdir())

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from mpskit.inputs.presets import demo_data_dir
 from mpskit.plan.duration import steady_step_s
 from mpskit.plan.memory import sequences_per_step
 from mpskit.rundir import RunDir
+from mpskit.self_command import mpskit_command
 
 # Words that leave a run only its training steps: no evaluation, checkpoints or plots; a log line a step.
 TIMED_ONLY = ("eval_dataset=", "eval_strategy=no", "logging_steps=1", "save_strategy=no", "plot_loss=false")
@@ -105,7 +105,7 @@ def fresh_process_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def train_in_fresh_process(words: list[str], what: str, fix: str, env: dict[str, str] | None = None) -> None:
     """`mpskit train WORDS` as a new Python process (this mpskit, on its import path); one line on failure."""
     done = subprocess.run(
-        [sys.executable, "-m", "mpskit.cli", "train", *words],
+        mpskit_command("train", *words),
         capture_output=True,
         text=True,
         env=fresh_process_env(env),

@@ -1,5 +1,5 @@
-"""SIGINT and SIGTERM during one training attempt. No torch import: the guard is in place before
-torch, transformers and LLaMA-Factory load, so a signal at any moment ends with a record.
+"""SIGINT, SIGTERM and SIGHUP (a closed terminal) during one training attempt. No torch import: the
+guard is in place before torch, transformers and LLaMA-Factory load, so a signal at any moment ends with a record.
 
 While training, the first signal asks for a checkpoint at the end of the current step and a stop
 (callbacks.StopOnSignal carries that to the trainer). Before training begins (the imports, the model
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import signal
 import sys
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Stopped(BaseException):
@@ -32,8 +34,10 @@ class SignalGuard:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> SignalGuard:
-        for number in (signal.SIGINT, signal.SIGTERM):
+        for number in STOP_SIGNALS:
             self._previous[number] = signal.signal(number, self._handle)
+        # one that came while the out-of-memory re-exec blocked them (cli.py) is delivered here, and recorded
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         return self
 
     def __exit__(self, *exc) -> None:

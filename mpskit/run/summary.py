@@ -22,8 +22,9 @@ def summary_lines(run: RunDir) -> list[str]:
     record, log = run.record, run.log()
     where = _shown(run.path)
     steps = [row for row in log if "loss" in row]
-    total = log[-1].get("total_steps") if log else None
-    reached = log[-1].get("current_steps", 0) if log else 0
+    newest = None if run.finished else run.last_checkpoint()
+    total = (log[-1].get("total_steps") if log else None) or record.duration.steps
+    reached = max(log[-1].get("current_steps", 0) if log else 0, _step_of(newest))
     head = f"{record.stage} run {'finished' if run.finished else record.attempts[-1].outcome}"
     wall_s = time.time() - psutil.Process().create_time()  # this command's, imports and loading included
     lines = [f"{head} in {_duration(wall_s)}: step {reached}/{total or '?'}"]
@@ -42,7 +43,6 @@ def summary_lines(run: RunDir) -> list[str]:
         memory = f"peak train memory {measured.training_gb:.2f} GB"
         lines.append(memory + (f" (plan {predicted:.2f} GB)" if predicted else ""))
     if not run.finished:  # the error or stop line that follows says how to go on
-        newest = run.last_checkpoint()
         lines.append(f"newest complete checkpoint: {f'{where}/{newest.name}' if newest else 'none'}")
         return [f"mpskit: {line}" for line in lines]
     saved = next((name for name in WEIGHT_FILES if (run.path / name).is_file()), None)
@@ -52,6 +52,11 @@ def summary_lines(run: RunDir) -> list[str]:
         lines.append(f"      mpskit eval {where}{'' if _judges_itself(record) else ' --dataset PAIRS'}")
         lines.append(f"      mpskit export {where} -o merged-model/")
     return [f"mpskit: {line}" for line in lines]
+
+
+def _step_of(checkpoint: Path | None) -> int:
+    """A stop while the step accumulated may come after the last logged step but not its checkpoint."""
+    return int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint else 0
 
 
 def _judges_itself(record) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from mpskit.errors import MpskitError
 from mpskit.inputs.presets import demo_data_dir
 from mpskit.run.quiet import is_verbose
 from mpskit.rundir import RunDir, make_new_folder
+from mpskit.self_command import mpskit_command
 
 STAGES = ("sft", "dpo", "foodpo")
 MODEL_PRESET = "smollm2-135m"
@@ -79,7 +79,7 @@ def summarise(stage: str, run_dir: Path, wall_s: float) -> StageResult:
 
 def run_stage(stage: str, hardware: str | None, log_path: Path) -> StageResult:
     """One `mpskit train` child: its mpskit lines (progress, summary) on screen, everything in log_path."""
-    command = [sys.executable, "-m", "mpskit.cli", "train", *stage_words(stage), f"run_name=demo-{stage}"]
+    command = mpskit_command("train", *stage_words(stage), f"run_name=demo-{stage}")
     if hardware:
         command += ["--hardware", hardware]
     start = time.perf_counter()
@@ -156,7 +156,7 @@ LEARNED = (
 def ask(run_dir: Path, prompt: str, log_path: Path, base: bool = False) -> str:
     """A run's adapter (or its base model alone) answers once (`mpskit chat --prompt`); its log lines go
     to log_path."""
-    command = [sys.executable, "-m", "mpskit.cli", "chat", str(run_dir), "--prompt", prompt, "--max-new-tokens", "40"]
+    command = mpskit_command("chat", str(run_dir), "--prompt", prompt, "--max-new-tokens", "40")
     with open(log_path, "w") as log:
         answer = subprocess.run([*command, *(["--base"] if base else [])], stdout=subprocess.PIPE, stderr=log,
                                 text=True)  # fmt: skip
