@@ -776,6 +776,19 @@ class RunDir:
     def log(self) -> list[dict]:
         return read_log(self.path)
 
+    def trained_to_the_end(self) -> bool:
+        """Results written (LLaMA-Factory writes them at a stop too) and, where the folder says, the steps
+        reached as many as planned: trainer_state.json at the end, else the trainer's log."""
+        if "train_runtime" not in self.results():
+            return False
+        try:
+            state = json.loads((self.path / "trainer_state.json").read_text(encoding="utf-8"))
+            reached, planned = state["global_step"], state["max_steps"]
+        except (OSError, ValueError, KeyError, TypeError):
+            log = self.log()
+            reached, planned = (log[-1].get("current_steps"), log[-1].get("total_steps")) if log else (None, None)
+        return not (isinstance(reached, int) and isinstance(planned, int)) or reached >= planned
+
     def checkpoints(self) -> list[Path]:
         return checkpoints(self.path)
 

@@ -75,8 +75,10 @@ def test_a_merge_shard_by_shard_equals_peft_merge_and_unload(tmp_path, tiny_mode
     peft_model.save_pretrained(tmp_path / "adapter")
     out = tmp_path / "merged"
     out.mkdir()
-    merge_by_shard(base, tmp_path / "adapter", out)
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in base.iterdir())
+    (base / "consolidated.safetensors").write_bytes((base / "model-00001-of-00003.safetensors").read_bytes())
+    merge_by_shard(base, tmp_path / "adapter", out)  # the files the index names; not Mistral's consolidated copy
+    copied = sorted(p.name for p in base.iterdir() if "consolidated" not in p.name)
+    assert sorted(p.name for p in out.iterdir()) == copied
     expected = peft_model.merge_and_unload().to(torch.bfloat16).state_dict()  # peft's merge in float32, saved in bf16
     merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16).state_dict()
     assert merged.keys() == expected.keys()

@@ -413,3 +413,21 @@ def test_the_summary_of_a_stop_mid_accumulation_gives_the_step_its_checkpoint_re
     make_checkpoint(run_dir, 3)
     lines = summary_lines(RunDir.open(run_dir))
     assert ": step 3/8" in lines[0] and lines[-1] == f"mpskit: newest complete checkpoint: {run_dir}/checkpoint-3"
+
+
+def test_a_rebuilt_record_of_a_run_stopped_early_is_not_finished(tmp_path):
+    """LLaMA-Factory writes all_results.json at a stop too: the steps reached against the steps planned
+    decide, so the rebuilt run resumes instead of passing its half-trained adapter for finished."""
+    from mpskit.recipes.train import rebuild_record
+
+    run_dir = tmp_path / "output" / "stopped" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "mpskit.json").write_text("{cut")
+    (run_dir / "llamafactory.yaml").write_text("stage: sft\n")
+    (run_dir / "all_results.json").write_text('{"train_runtime": 10.0, "train_loss": 2.5}')
+    (run_dir / "trainer_state.json").write_text('{"global_step": 3, "max_steps": 8}')
+    make_checkpoint(run_dir, 3)
+    assert [a.outcome for a in rebuild_record(run_dir).record.attempts] == ["unknown (record rebuilt)"]
+    (run_dir / "trainer_state.json").write_text('{"global_step": 8, "max_steps": 8}')
+    (run_dir / "mpskit.json").write_text("{cut")
+    assert [a.outcome for a in rebuild_record(run_dir).record.attempts] == ["finished"]

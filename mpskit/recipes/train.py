@@ -190,7 +190,7 @@ def rebuild_record(path: Path) -> RunDir:
     what the folder still holds: llamafactory.yaml (the arguments), the fields of the damaged record
     that still read (mpskit's own keys such as the lean paths, the dims, the process layout), this
     machine (the device and its MPS variables), and one attempt when it trained before: finished when
-    its results were written (then nothing trains), of unknown outcome otherwise (its checkpoints and
+    it trained to its last step (then nothing trains), of unknown outcome otherwise (its checkpoints and
     trainer_log.jsonl stay as they are). Lost with the old record: the memory plan and the ladder's
     free knobs (none move on an out-of-memory error)."""
     args = read_yaml(path)
@@ -198,7 +198,7 @@ def rebuild_record(path: Path) -> RunDir:
     hardware = detect()
     device = "cpu" if args.get("use_cpu") else hardware.device
     trained = bool(read_log(path)) or bool(checkpoints(path))
-    finished = "train_runtime" in RunDir(path, RunRecord("", "", device)).results()
+    finished = RunDir(path, RunRecord("", "", device)).trained_to_the_end()
     outcome = FINISHED if finished else "unknown (record rebuilt)"
     record = RunRecord(
         run_name=path.resolve().parent.name,

@@ -48,10 +48,19 @@ def lora_deltas(adapter: Path) -> tuple[dict[str, tuple[torch.Tensor, torch.Tens
 
 
 def base_shards(base: Path) -> list[Path]:
-    shards = sorted(base.glob("*.safetensors"))
-    if not shards:
-        raise MpskitError(f"{base} has no .safetensors weights", "point the run at a base saved as safetensors")
-    return shards
+    """The weight files transformers loads: those the index names, or model.safetensors alone (a
+    consolidated.safetensors beside them, as Mistral's folders hold, is another copy of the weights)."""
+    index = base / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            names = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            fix = "point the run at a base saved by transformers"
+            raise MpskitError(f"{index} is not a readable index", fix) from err
+        return [base / name for name in sorted(names)]
+    if (base / "model.safetensors").is_file():
+        return [base / "model.safetensors"]
+    raise MpskitError(f"{base} has no model.safetensors or its index", "point the run at a base saved as safetensors")
 
 
 def merge_shard(source: Path, target: Path, deltas: dict, scale: float) -> set[str]:
