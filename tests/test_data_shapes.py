@@ -142,3 +142,9 @@ def test_a_file_whose_rows_all_fail_to_read_is_one_line(tmp_path, tiny_model):
         "dataset_info.json of your own"
     )
 
+
+
+def test_a_column_that_starts_on_a_later_row_is_the_files_column():
+    rows = [{"instruction": "q", "output": "a"}, {"instruction": "q", "input": "i", "output": "a", "system": "s"}]
+    columns = read_shape(rows, "late.json").entry["columns"]
+    assert columns == {"prompt": "instruction", "query": "input", "response": "output", "system": "system"}

@@ -69,9 +69,10 @@ def _text(value) -> bool:
 
 
 def read_shape(rows: list, where: str) -> Shape:
-    """The shape of RWS (a file's rows, read), from the first row's columns and value types."""
+    """The shape of ROWS (a file's rows, read), from the first row's value types and every row's columns
+    (an `input` or `system` column that starts on a later row is the file's too)."""
     first = rows[0] if rows and isinstance(rows[0], dict) else {}
-    columns = set(first)
+    columns = set(first).union(*(row for row in rows if isinstance(row, dict)))
     shape = _shape_of(first, columns, where)
     if shape.convert is None:
         bad = Counter(reason for row in rows if (reason := _mapped_row_problem(shape, row)))
