@@ -61,7 +61,7 @@ def _note_device_problems(run) -> None:
 
     for problem in cuda_only(run.args, run.device):
         warn(f"{problem}: this config is for a CUDA machine")
-    for problem, fix in device_problems(run.args, run.device):
+    for problem, fix in device_problems(run.args, run.device, run.hardware):
         warn(f"{problem} ({fix})")
 
 

@@ -117,3 +117,20 @@ def test_the_planner_offers_qlora_where_bitsandbytes_builds():
     for result in (mac, cuda):
         assert json.loads(result.stdout)["chosen"]["knobs"]["quantization_bit"] == 4
     assert "quantization_bit=4" not in intel.stdout and '"quantization_bit": 4' not in intel.stdout
+
+
+def test_a_4_bit_base_asked_for_a_mac_bitsandbytes_does_not_build_for_is_said_there(tmp_path, capsys):
+    """plan and config for an Intel Mac or macOS 13 with quantization_bit=4 say, on one line, that it will
+    not run there (as they say of CUDA-only options); the profiles that build it say nothing."""
+    from mpskit.cli import main
+
+    profile = tmp_path / "m1-macos13.yaml"
+    profile.write_text("kind: apple-silicon\nchip: Apple M1\nram_gb: 16\nmacos: '13.6'\n")
+    words = ["preset=sft", "model_preset=qwen2.5-0.5b", "quantization_bit=4"]
+    for hardware, name in (("intel-mac", "intel-mac"), (str(profile), "m1-macos13")):
+        for command in (["plan", *words], ["config", *words, "-o", str(tmp_path / f"run-{name}.yaml")]):
+            assert main([*command, "--hardware", hardware]) == 0
+            said = capsys.readouterr().err
+            assert f"quantization_bit=4: bitsandbytes has no build for '{name}'" in said, said
+    assert main(["plan", *words, "--hardware", "m1-pro-16gb"]) == 0
+    assert "no build" not in capsys.readouterr().err

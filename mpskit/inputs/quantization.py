@@ -84,11 +84,18 @@ def pre_quantized_method(model: str) -> str | None:
     return str(quantization.get("quant_method", "")).lower() or None
 
 
-def device_problems(args: dict, device: str) -> list[tuple[str, str]]:
-    """(problem, fix) for what does not run on this device: bitsandbytes missing or too old for it, its
-    8-bit optimizers on MPS, a base saved with GPTQ, AWQ or AQLM off CUDA."""
+def device_problems(args: dict, device: str, hw: Hardware | None = None) -> list[tuple[str, str]]:
+    """(problem, fix) for what does not run on this device: bitsandbytes missing or too old for it, or
+    without a build for the profile HW (an Intel Mac, macOS 13), its 8-bit optimizers on MPS, a base
+    saved with GPTQ, AWQ or AQLM off CUDA."""
     problems = []
-    if missing := _bitsandbytes_problem(args, device):
+    if hw is not None and uses_bitsandbytes(args) and not has_build(hw):
+        key = "quantization_bit" if args.get("quantization_bit") is not None else "optim"
+        problems.append((
+            f"{key}={args[key]}: bitsandbytes has no build for '{hw.name}' (it needs macOS 14 on Apple silicon)",
+            f"leave {key} out for that machine",
+        ))  # fmt: skip
+    elif missing := _bitsandbytes_problem(args, device):
         problems.append(missing)
     if device == "mps" and eight_bit_optimizer(args):
         problems.append((

@@ -248,7 +248,7 @@ def check_device(run: ResolvedRun) -> None:
     problems = cuda_only(run.args, run.device)
     if problems:
         raise MpskitError(problems[0], "leave it out here, or train on a CUDA machine (`mpskit plan` shows what fits)")
-    if quantized := quantization.device_problems(run.args, run.device):
+    if quantized := quantization.device_problems(run.args, run.device, run.hardware):
         raise MpskitError(*quantized[0])
     if run.device == "cuda" and not nvidia_gpus():
         raise MpskitError(
