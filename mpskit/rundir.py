@@ -776,6 +776,18 @@ class RunDir:
     def log(self) -> list[dict]:
         return read_log(self.path)
 
+    def mend_log(self) -> None:
+        """Before a resume: a last line of trainer_log.jsonl cut short (a kill mid-append) is dropped,
+        so that LLaMA-Factory's next entry starts a line of its own instead of joining it."""
+        path = self.path / LOG
+        with contextlib.suppress(FileNotFoundError), open(path, "rb+") as file:
+            text = file.read()
+            whole = text.rfind(b"\n") + 1
+            if whole < len(text):
+                file.truncate(whole)
+                print(f"mpskit: {path} ended in a line cut short ({len(text) - whole} bytes, written as the run "
+                      "was killed); it now ends at its last whole entry", file=sys.stderr)  # fmt: skip
+
     def trained_to_the_end(self) -> bool:
         """Results written (LLaMA-Factory writes them at a stop too) and, where the folder says, the steps
         reached as many as planned: trainer_state.json at the end, else the trainer's log."""

@@ -151,8 +151,12 @@ def test_a_run_killed_hard_resumes_from_its_last_checkpoint(tmp_path, tiny_model
     # the kill may land while a checkpoint is being written: resume takes the newest complete one
     complete = [step for step in saved if incomplete_reason(run_dir / f"checkpoint-{step}") is None]
     assert complete  # checkpoint-4 was done before checkpoint-8 began
+    log = run_dir / "trainer_log.jsonl"
+    if log.read_bytes().endswith(b"\n"):  # the kill may cut the line LLaMA-Factory appends; make sure it did
+        log.write_bytes(log.read_bytes() + b'{"current_steps": 9, "total_steps": 33, "lo')
     resumed = run_mpskit("train", "--resume", cwd=tmp_path)  # no RUN_DIR: the newest run
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "ended in a line cut short" in resumed.stderr and log_rows(run_dir)[-1]["current_steps"] == 33
     assert final_state(run_dir)[0] == 33
     attempts = json.loads((run_dir / "mpskit.json").read_text())["attempts"]
     assert attempts[-1]["outcome"] == "finished" and attempts[-1]["resumed_from"] == f"checkpoint-{complete[-1]}"

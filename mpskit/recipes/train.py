@@ -230,6 +230,7 @@ def continue_run(run: RunDir, data: dict[str, str] | None = None) -> Path:
                   file=sys.stderr)  # fmt: skip
             return run.path
         run.check_no_links()
+        run.mend_log()
         _find_data(run, data or {})
         checkpoint = run.last_checkpoint()
         if checkpoint is None and run.record.attempts:
