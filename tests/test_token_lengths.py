@@ -147,3 +147,24 @@ def test_a_shorter_cutoff_says_what_share_of_the_rows_it_cuts():
                     "it truncates 50% of the rows"]  # fmt: skip
     assert _cut_words(lengths, 64) == "it cuts 25% of the rows: a run only for short ones"
     assert _cut_words(None, 64) == "every example cut to 64 tokens: a run only for short ones"
+
+
+def test_a_chat_template_that_loops_without_end_is_counted_as_one_that_fails(tiny_model, tmp_path):
+    """A model folder's chat_template.jinja may hold anything: nested loops that would render for hours,
+    or a text without end, fall back to the per-turn count within the render limit."""
+    import subprocess
+    import sys
+    import time
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    loops = "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}"
+    for template in (loops, "{% for a in range(99999) %}{{ 'x' * 99999 }}{% endfor %}"):
+        (model / "chat_template.jinja").write_text(template)
+        token_lengths._template_tokens.cache_clear()
+        started = time.monotonic()
+        assert token_lengths._template_tokens(None, template, ("user", "assistant")) == 2 * token_lengths.TURN_TOKENS
+        assert time.monotonic() - started < 3 * token_lengths.RENDER_LIMIT_S
+    words = ["plan", "preset=sft", f"model_name_or_path={model}", f"dataset_dir={DEMO}", "--hardware", "m1-8gb"]
+    done = subprocess.run([sys.executable, "-m", "mpskit.cli", *words], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -16,10 +16,13 @@ two answers for a pair (chosen and rejected are padded to one length), before `c
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import json
 import math
+import signal
 import statistics
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +34,10 @@ SAMPLE_ROWS = 500  # rows tokenized from a larger set, evenly spaced: their mean
 LONGEST_ROWS = 64  # the rows with the most characters, tokenized whatever the sample holds
 PAD_MULTIPLE = 8  # LLaMA-Factory's collators pad each batch to a multiple of 8 tokens
 TURN_TOKENS = 4  # a template's tokens per turn where the tokenizer has no chat template
+# A chat template renders empty turns in milliseconds; one that loops past these limits (a folder's
+# chat_template.jinja may hold anything) is counted as one that fails to render.
+RENDER_LIMIT_S = 1.0
+RENDER_LIMIT_CHARS = 100_000
 
 
 @dataclass(frozen=True)
@@ -225,11 +232,35 @@ def _template_tokens(tokenizer, template: str | None, roles: tuple[str, ...]) ->
 
     environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     environment.globals["raise_exception"] = raise_exception
+    text = ""
     try:
-        text = environment.from_string(template).render(
-            messages=[{"role": role, "content": ""} for role in roles], add_generation_prompt=False,
-            bos_token="", eos_token="",
-        )  # fmt: skip
+        with _time_limit(RENDER_LIMIT_S):
+            for piece in environment.from_string(template).generate(
+                messages=[{"role": role, "content": ""} for role in roles], add_generation_prompt=False,
+                bos_token="", eos_token="",
+            ):  # fmt: skip
+                text += piece
+                if len(text) > RENDER_LIMIT_CHARS:
+                    raise TemplateError("too long")
     except Exception:  # noqa: BLE001 - a template this cannot render: a plain per-turn count
         return TURN_TOKENS * len(roles)
     return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """TimeoutError after SECONDS (a timer signal: in the main thread; elsewhere no limit)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame) -> None:
+        raise TimeoutError(f"past {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
