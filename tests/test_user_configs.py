@@ -74,6 +74,20 @@ def test_words_that_name_a_stage_alone_get_no_preset_values(tmp_path, tiny_model
         assert key not in written, key
 
 
+def test_what_words_without_a_preset_leave_unchosen_is_said(tmp_path, tiny_model):
+    """stage=foodpo without pref_beta_scale trains exactly DPO; `KEY=auto` for a stage no plan covers
+    leaves LLaMA-Factory's default (flash_attn keeps its own `auto`): each said on one line."""
+    words = [f"model_name_or_path={tiny_model}", f"dataset_dir={DATA}", "template=qwen"]
+    foodpo = run_mpskit("config", "stage=foodpo", "dataset=demo_pref", *words, cwd=tmp_path)
+    assert foodpo.returncode == 0 and "stage foodpo without pref_beta_scale" in foodpo.stderr, foodpo.stderr
+    scaled = run_mpskit("config", "stage=foodpo", "dataset=demo_pref", "pref_beta_scale=0.1", *words, cwd=tmp_path)
+    assert scaled.returncode == 0 and "without pref_beta_scale" not in scaled.stderr
+    kto = run_mpskit("config", "stage=kto", "dataset=demo_kto", "flash_attn=auto", "lora_rank=auto", *words,
+                     cwd=tmp_path)  # fmt: skip
+    assert kto.returncode == 0 and "flash_attn=auto, lora_rank=auto: no plan chooses them here" in kto.stderr
+    assert yaml.safe_load(kto.stdout)["flash_attn"] == "auto" and "lora_rank" not in yaml.safe_load(kto.stdout)
+
+
 def test_a_preset_is_a_layer_where_the_file_asks_for_it(tmp_path, tiny_model):
     values = {"preset": "dpo", "model_name_or_path": str(tiny_model), "template": "qwen", "warmup_ratio": 0.1,
               "val_size": 0.2}  # fmt: skip

@@ -67,6 +67,7 @@ class ResolvedRun:
     given: dict = field(default_factory=dict)  # the user's LLaMA-Factory keys, as given
     datasets: dict = field(default_factory=dict)  # plain data files' dataset_info.json entries (plain_data.py)
     data_files: dict = field(default_factory=dict)  # the rows converted for them: file name -> JSON Lines
+    auto: tuple[str, ...] = ()  # the planner knobs the user left to the planner by `KEY: auto`
 
     @property
     def world_size(self) -> int:
@@ -264,7 +265,8 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
     `run_file`: they came from a LLaMA-Factory run file."""
     user = translate_removed_keys(user)
     own = {key: user.pop(key) for key in MPSKIT_KEYS if key in user and key != "run_name"}
-    for key in [key for key, value in user.items() if value == "auto"]:
+    auto = tuple(key for key, value in user.items() if value == "auto")
+    for key in auto:
         if key not in PLANNER_KEYS:
             raise MpskitError(f"'{key}: auto' is not a planner knob", f"auto works for {', '.join(PLANNER_KEYS)}")
         del user[key]
@@ -303,6 +305,9 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
     if not args.get("model_name_or_path"):
         raise MpskitError("no model given", "set model_name_or_path=PATH or model_preset=NAME (see configs/models/)")
     _check_dtype(args, hw, device)
+    if stage == "foodpo" and "pref_beta_scale" not in args:
+        warn("stage foodpo without pref_beta_scale: every pair's beta is pref_beta, which trains exactly DPO; "
+             "set pref_beta_scale=0.05 (the foodpo preset's) for a beta scaled by each prompt's perplexity")
     if device == "cpu":
         args["use_cpu"] = True
     named = user.get("run_name")
@@ -326,6 +331,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         given=given,
         datasets=datasets,
         data_files=data_files,
+        auto=auto,
     )
 
 

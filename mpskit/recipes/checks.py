@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from mpskit.engine import lf
@@ -44,6 +45,11 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
         planned, memory_plan = advice.planned(run)
     except MpskitError as err:
         warn(f"no memory plan: {err.problem}")
+        if run.auto:
+            warn(f"{', '.join(f'{key}=auto' for key in run.auto)}: no plan chooses them here, so LLaMA-Factory's "
+                 "defaults stand (flash_attn: auto included); set them yourself to choose")
+            if "flash_attn" in run.auto:  # LLaMA-Factory's own value too
+                run = replace(run, args={**run.args, "flash_attn": "auto"})
         return run, None
     if not memory_plan.fits:
         need = memory_plan.asked.estimate.training / GB
