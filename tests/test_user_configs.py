@@ -88,6 +88,17 @@ def test_what_words_without_a_preset_leave_unchosen_is_said(tmp_path, tiny_model
     assert yaml.safe_load(kto.stdout)["flash_attn"] == "auto" and "lora_rank" not in yaml.safe_load(kto.stdout)
 
 
+def test_own_data_without_a_stage_brings_its_stages_preset_said_on_one_line(tmp_path, tiny_model):
+    rows = json.loads((DATA / "demo_pref.json").read_text())[:8]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = run_mpskit("config", f"model_name_or_path={tiny_model}", "dataset=pairs.jsonl", "template=qwen",
+                        cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0 and "the dpo preset sets what you did not (dpo.yaml" in result.stderr
+    written = yaml.safe_load(result.stdout)
+    assert written["stage"] == "dpo" and written["logging_steps"] == 5 and written["learning_rate"] == 5.0e-6
+    assert written["eval_strategy"] == "no"  # the preset's eval_dataset belongs to its demo data
+
+
 def test_a_preset_is_a_layer_where_the_file_asks_for_it(tmp_path, tiny_model):
     values = {"preset": "dpo", "model_name_or_path": str(tiny_model), "template": "qwen", "warmup_ratio": 0.1,
               "val_size": 0.2}  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -278,6 +279,11 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
     asked = named or stage_args.get("stage")  # none: the training data's (plain files), else refused
     user, datasets, data_files = register_plain_data(user, _check_stage(asked, user) if asked else None)
     stage = _check_stage(user.get("stage") or stage_args.get("stage"), user)
+    if not asked and not run_file:  # the stage of the data's rows brings its preset, as stage= would
+        preset = stage
+        stage_args, _, layers = _preset("stages", preset)
+        print(f"mpskit: the {stage} preset sets what you did not ({Path(layers[-1]).name}: learning rate, "
+              "steps, logging...)", file=sys.stderr)
     model_args, dims = {}, {}
     if own.get("model_preset"):
         model_args, model_data, model_files = _preset("models", str(own["model_preset"]))
