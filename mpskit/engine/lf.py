@@ -250,11 +250,10 @@ def write_yaml(args: dict, path: str | Path) -> Path:
 def import_engine():
     """Import LLaMA-Factory's training entry point (and with it torch, transformers, peft, trl, and
     bitsandbytes where it is installed)."""
-    from llamafactory.train.tuner import run_exp
-
     from mpskit.engine.quantized import import_bitsandbytes
 
-    import_bitsandbytes()
+    import_bitsandbytes()  # first: peft and LLaMA-Factory import it too, and it speaks as it is imported
+    from llamafactory.train.tuner import run_exp
 
     return run_exp
 

@@ -20,6 +20,15 @@ from typing import TextIO
 VERBOSE_VARIABLE = "MPSKIT_VERBOSE"
 LIBRARIES = ("llamafactory", "transformers", "datasets", "accelerate", "peft", "trl", "huggingface_hub")
 LOG_FILE = "train.log"
+# Warnings that ask nothing of the user (train.log keeps them): fp32 is mpskit's choice where mixed
+# precision is slower or absent; LLaMA-Factory passes transformers' old `torch_dtype`; the tokenizer's
+# special tokens are copied into the model's config, as they should be.
+NOISE = ("We recommend enable mixed precision training", "`torch_dtype` is deprecated",
+         "The tokenizer has new PAD/BOS/EOS tokens")  # fmt: skip
+
+
+def _not_noise(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(NOISE)
 
 
 def is_verbose() -> bool:
@@ -60,6 +69,9 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
     user asked for transformers' bar (`disable_tqdm: false`), so it stays (the log dicts it prints
     under it go where prints go).
     Yields the open log file (None without `log_dir`), for mpskit's own lines."""
+    from mpskit.engine.quantized import import_bitsandbytes
+
+    import_bitsandbytes()  # before the libraries that import it, so that its import says nothing
     import datasets
     import transformers.trainer
     from llamafactory.extras import logging as lf_logging
@@ -79,6 +91,7 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
             handler.setStream(sys.stderr)
             if not verbose:
                 handler.setLevel(logging.WARNING)
+                handler.addFilter(_not_noise)
         if file_handler:
             for logger in loggers:
                 logger.addHandler(file_handler)
@@ -100,6 +113,7 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
                 logger.removeHandler(file_handler)
             for handler, level in saved:  # on stderr from now on: stdout is mpskit's
                 handler.setLevel(level)
+                handler.removeFilter(_not_noise)
             transformers.trainer.DEFAULT_PROGRESS_CALLBACK, transformers.trainer.PrinterCallback = saved_callbacks
             hf_logging.enable_progress_bar()
             datasets.enable_progress_bars()
