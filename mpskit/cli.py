@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import dataclasses
 import json
 import os
 import shlex
@@ -140,6 +141,8 @@ def cmd_config(words: list[str]) -> int:
                 raise cannot_write(Path(output), err, "-o") from None
         print(f"mpskit: wrote {output}", file=sys.stderr)
         own = [f"{key}={str(args[key]).lower()}" for key in OWN_KEYS if key in run.pinned and key in args]
+        own += [f"{f.name}={str(getattr(run.settings, f.name)).lower()}" for f in dataclasses.fields(run.settings)
+                if getattr(run.settings, f.name) != f.default]  # fmt: skip
         if own:  # llamafactory-cli would refuse them in the file, so they are not there
             words = " ".join(own)
             warn(f"{words}: mpskit's own keys, not in {output}; give them again: mpskit train {output} {words}")

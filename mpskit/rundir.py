@@ -494,6 +494,16 @@ def checkpoints(run_dir: Path) -> list[Path]:
     return [path for _, path in sorted(steps)]
 
 
+def checkpoint_step(checkpoint: Path) -> int | None:
+    """The step a complete checkpoint saved (its trainer_state.json's global_step)."""
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    step = state.get("global_step") if isinstance(state, dict) else None
+    return step if isinstance(step, int) else None
+
+
 def incomplete_reason(checkpoint: Path) -> str | None:
     """Why a checkpoint cannot be resumed from, or None. transformers writes trainer_state.json after
     the weights and the optimizer, so a readable one means the save finished."""

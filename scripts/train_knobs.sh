@@ -28,9 +28,9 @@ TRAIN_ARGS=(
     model_preset="$MODEL_PRESET" dataset_dir="$DATASET_DIR" ${HARDWARE:+--hardware "$HARDWARE"}
     ${MODEL_PATH:+model_name_or_path="$MODEL_PATH"} ${RUN_NAME:+run_name="$RUN_NAME"}
     ${DATA:+dataset="$DATA"} ${EVAL_DATA:+eval_dataset="$EVAL_DATA"}
-    ${MAX_SEQ_LEN:+cutoff_len=$MAX_SEQ_LEN} ${LORA_RANK:+lora_rank=$LORA_RANK}
-    ${BATCH:+per_device_train_batch_size=$BATCH} ${GRAD_ACCUM:+gradient_accumulation_steps=$GRAD_ACCUM}
-    ${LR:+learning_rate=$LR} ${EPOCHS:+num_train_epochs=$EPOCHS} ${SEED:+seed=$SEED}
-    ${BETA:+pref_beta=$BETA} ${BETA_SCALE:+pref_beta_scale=$BETA_SCALE} ${LEAN_LOGITS:+lean_logits=$LEAN_LOGITS}
-    ${LEAN_ATTENTION:+lean_attention=$LEAN_ATTENTION}
+    ${MAX_SEQ_LEN:+cutoff_len="$MAX_SEQ_LEN"} ${LORA_RANK:+lora_rank="$LORA_RANK"}
+    ${BATCH:+per_device_train_batch_size="$BATCH"} ${GRAD_ACCUM:+gradient_accumulation_steps="$GRAD_ACCUM"}
+    ${LR:+learning_rate="$LR"} ${EPOCHS:+num_train_epochs="$EPOCHS"} ${SEED:+seed="$SEED"}
+    ${BETA:+pref_beta="$BETA"} ${BETA_SCALE:+pref_beta_scale="$BETA_SCALE"} ${LEAN_LOGITS:+lean_logits="$LEAN_LOGITS"}
+    ${LEAN_ATTENTION:+lean_attention="$LEAN_ATTENTION"}
 )

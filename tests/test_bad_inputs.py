@@ -27,6 +27,9 @@ DATA = ROOT / "data"
 
 def make_files(work: Path, model: Path) -> dict[str, Path]:
     """Inputs the cases point at, written before the snapshot."""
+    import torch
+    from safetensors.torch import save_file
+
     files = {}
 
     def write(name: str, text: str | bytes) -> Path:
@@ -62,6 +65,12 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("linked_run/llamafactory.yaml", "stage: sft\n")
     (work / "linked_run" / "trainer_log.jsonl").symlink_to(work / "elsewhere.jsonl")  # LLaMA-Factory appends there
     (work / "not_a_run").mkdir()
+    ahead = work / "ahead" / "checkpoint-4"  # another run's complete checkpoint of step 4
+    ahead.mkdir(parents=True)
+    (ahead / "trainer_state.json").write_text('{"global_step": 4}')
+    save_file({"weight": torch.ones(2)}, ahead / "adapter_model.safetensors")
+    for name in ("optimizer.pt", "scheduler.pt"):
+        torch.save({}, ahead / name)
     (work / ".held.yaml.lock").mkdir()  # where config -o held.yaml would take its lock
     (work / ".linked.yaml.lock").symlink_to(work / "a_file")
     no_type = shutil.copytree(model, work / "no_type_model") / "config.json"
@@ -140,6 +149,7 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
         "number_prompt.json": json.dumps([{"instruction": 5, "input": "", "output": "a"}]),
         "number_answer.json": json.dumps([{"instruction": "q", "input": "", "output": 5}]),
         "no_input.json": json.dumps([{"instruction": "q", "output": "a"}]),
+        "empty_answers.json": json.dumps([{"instruction": "q", "input": "", "output": " "}] * 2),
         "same_pairs.json": json.dumps([{"instruction": "q", "input": "", "chosen": "a", "rejected": "a"}] * 2),
         "answer_first.json": json.dumps([{"conversations": [{"from": "gpt", "value": "a"},
                                                             {"from": "human", "value": "q"}]}]),
@@ -340,6 +350,8 @@ INPUT_CASES = [
         ["empty.json is empty"],
     ),
     ("dataset not UTF-8", ["train", "BASE", "dataset_dir={w}/ds", "dataset=latin1", "eval_dataset="], ["not UTF-8"]),
+    ("registered set whose every answer is empty",
+     ["train", "BASE", "dataset_dir={w}/ds", "dataset=empty_answers", "eval_dataset="], ["every answer is empty"]),
     (
         "preference row without rejected",
         ["train", "BASE", "preset=dpo", "dataset_dir={w}/ds", "dataset=no_rejected", "eval_dataset="],
@@ -377,6 +389,8 @@ INPUT_CASES = [
     ),
     ("resume: a file", ["train", "--resume", "{w}/a_file"], ["not an mpskit run directory"]),
     ("resume from a missing checkpoint", ["train", "BASE", "resume_from_checkpoint={w}/nope"], ["not a folder"]),
+    ("resume from a checkpoint past max_steps", ["train", "BASE", "resume_from_checkpoint={w}/ahead/checkpoint-4",
+     "max_steps=2"], ["is at step 4", "max_steps=2", "set max_steps above 4"]),
     ("stage ppo", ["train", "BASE", "stage=ppo"], ["stage ppo is not run by mpskit", "stage=rm"]),
     ("KTO on a set without kto_tag", ["train", "BASE", "preset=kto", "dataset=demo_sft"], ["no kto_tag column"]),
     ("word without a value", ["train", "BASE", "stage"], ["not key=value"]),

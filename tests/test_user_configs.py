@@ -99,6 +99,25 @@ def test_own_data_without_a_stage_brings_its_stages_preset_said_on_one_line(tmp_
     assert written["eval_strategy"] == "no"  # the preset's eval_dataset belongs to its demo data
 
 
+def test_an_optimizer_step_larger_than_the_training_set_is_said(tmp_path, tiny_model):
+    words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={DATA}", "template=qwen",
+             "per_device_train_batch_size=4"]  # fmt: skip
+    result = run_mpskit("config", *words, "gradient_accumulation_steps=100", cwd=tmp_path)
+    assert result.returncode == 0 and "takes 400 rows" in result.stderr and "holds 264" in result.stderr
+    assert "whole epoch" not in run_mpskit("config", *words, "gradient_accumulation_steps=2", cwd=tmp_path).stderr
+
+
+def test_config_o_names_the_settings_of_mpskits_own_that_the_yaml_cannot_hold(tmp_path, tiny_model):
+    own = {"oom_ladder": "adapt", "min_cutoff_len": 128, "keep_awake": False, "lean_logits": False}
+    values = {"preset": "sft", "model_name_or_path": str(tiny_model), "template": "qwen", **own}
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(values))
+    result = run_mpskit("config", "mine.yaml", "-o", "out.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "mpskit's own keys, not in out.yaml" in line]
+    assert all(f"{key}={str(value).lower()}" in line.split("give them again")[1] for key, value in own.items())
+    assert not set(own) & set(yaml.safe_load((tmp_path / "out.yaml").read_text()))
+
+
 def test_a_preset_is_a_layer_where_the_file_asks_for_it(tmp_path, tiny_model):
     values = {"preset": "dpo", "model_name_or_path": str(tiny_model), "template": "qwen", "warmup_ratio": 0.1,
               "val_size": 0.2}  # fmt: skip

@@ -113,7 +113,7 @@ def check_conversion(args: dict) -> None:
         converter = get_dataset_converter(attr.formatting, attr, data_args)
         rows = read_rows(path)[:CONVERTED_ROWS]
         columns = dict.fromkeys(key for row in rows for key in row)  # `datasets` gives each row every column
-        dropped, same = [], []
+        dropped, same, empty = [], [], []
         for number, row in enumerate(rows, start=1):
             try:
                 example = converter({**columns, **row})
@@ -140,6 +140,8 @@ def check_conversion(args: dict) -> None:
                 dropped.append(f"row {number}: {why}")
             elif stage_of(stage).pairs and example["_response"][0]["content"] == example["_response"][1]["content"]:
                 same.append(number)
+            elif stage_of(stage).rows == "answer" and not example["_response"][0]["content"].strip():
+                empty.append(number)
         if dropped and len(dropped) == len(rows):
             raise MpskitError(f"{path}: LLaMA-Factory would drop every row ({dropped[0]})", "fix the rows")
         if dropped:
@@ -148,6 +150,10 @@ def check_conversion(args: dict) -> None:
             raise MpskitError(f"{path}: every pair's chosen answer is its rejected one", "give pairs that differ")
         if same:
             warn(f"{path}: {len(same)} of {len(rows)} pairs have the same chosen and rejected answer (row {same[0]})")
+        if empty and len(empty) + len(dropped) == len(rows):  # no token to learn from: the loss is nan
+            raise MpskitError(f"{path}: every answer is empty: nothing to learn", "give the rows their answers")
+        if empty:
+            warn(f"{path}: {len(empty)} of {len(rows)} rows have an empty answer (row {empty[0]})")
 
 
 def _dropped(example: dict, stage: str) -> str | None:

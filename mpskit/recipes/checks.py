@@ -27,7 +27,7 @@ from mpskit.inputs.run_spec import RunSpec
 from mpskit.plan import advice
 from mpskit.plan.memory import GB, checkpoint_bytes, trainable_params
 from mpskit.plan.planner import Plan
-from mpskit.rundir import incomplete_reason
+from mpskit.rundir import checkpoint_step, incomplete_reason
 
 
 def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, Plan | None]:
@@ -58,7 +58,18 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
             f"{memory_plan.budget.training_bytes / GB:.1f} GB ({memory_plan.budget.why})",
             "what would fit: " + "; ".join(memory_plan.would_fit) + " (see `mpskit plan`)",
         )
+    _warn_on_steps_past_the_data(memory_plan, run.world_size)
     return planned, memory_plan
+
+
+def _warn_on_steps_past_the_data(memory_plan: Plan, world_size: int) -> None:
+    """An optimizer step that asks for more rows than the training set holds takes them all, once each:
+    every step is a whole epoch, and the run has far fewer steps than its settings suggest."""
+    rows = memory_plan.lengths.rows if memory_plan.lengths else None
+    per_step = memory_plan.effective_batch * world_size
+    if rows and per_step > rows:
+        warn(f"an optimizer step takes {per_step} rows (batch x gradient_accumulation_steps) and the training "
+             f"set holds {rows}: each step is one whole epoch; lower gradient_accumulation_steps, or give more rows")
 
 
 def check_trains(args: dict) -> None:
@@ -228,6 +239,13 @@ def check_resume_from(checkpoint: str | None, args: dict) -> None:
     if why:
         raise MpskitError(
             f"resume_from_checkpoint {path}: {why}", "give a complete checkpoint-N folder, or leave it out"
+        )
+    step, max_steps = checkpoint_step(path), args.get("max_steps")
+    if step is not None and isinstance(max_steps, int) and 0 < max_steps <= step:
+        raise MpskitError(
+            f"resume_from_checkpoint {path} is at step {step}, and this run ends at max_steps={max_steps}: "
+            "it would train nothing and end past its last step",
+            f"set max_steps above {step}, or leave resume_from_checkpoint out",
         )
     try:
         saved_rank = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get("r")
