@@ -73,6 +73,11 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
         torch.save({}, ahead / name)
     (work / ".held.yaml.lock").mkdir()  # where config -o held.yaml would take its lock
     (work / ".linked.yaml.lock").symlink_to(work / "a_file")
+    config = json.loads((model / "config.json").read_text())
+    for name, value in (("zero_heads", {"num_attention_heads": 0}), ("list_heads", {"num_attention_heads": [2]}),
+                        ("text_hidden", {"hidden_size": "64"})):  # fmt: skip
+        write(f"{name}_model/config.json", json.dumps({**config, **value}))
+    write("broken_demo/demo_sft.json", '[{"instruction": ')
     no_type = shutil.copytree(model, work / "no_type_model") / "config.json"
     no_type.write_text(json.dumps({k: v for k, v in json.loads(no_type.read_text()).items() if k != "model_type"}))
     cut = shutil.copytree(model, work / "cut_model") / "model.safetensors"  # a copy cut short
@@ -149,6 +154,7 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
         "number_prompt.json": json.dumps([{"instruction": 5, "input": "", "output": "a"}]),
         "number_answer.json": json.dumps([{"instruction": "q", "input": "", "output": 5}]),
         "no_input.json": json.dumps([{"instruction": "q", "output": "a"}]),
+        "deep.json": "[" * 100_000 + "]" * 100_000,
         "empty_answers.json": json.dumps([{"instruction": "q", "input": "", "output": " "}] * 2),
         "same_pairs.json": json.dumps([{"instruction": "q", "input": "", "chosen": "a", "rejected": "a"}] * 2),
         "answer_first.json": json.dumps([{"conversations": [{"from": "gpt", "value": "a"},
@@ -338,6 +344,18 @@ INPUT_CASES = [
     ("run file too large", ["train", "{w}/huge.yaml"], ["larger than"]),
     ("run file with a python tag", ["train", "{w}/python_tag.yaml"], ["not valid YAML"]),
     ("model config.json broken", ["train", "preset=sft", "model_name_or_path={w}/bad_config_model"], ["config.json"]),
+    ("model config.json with no heads", ["plan", "BASE", "model_name_or_path={w}/zero_heads_model"],
+     ["zero_heads_model/config.json", "num_attention_heads is 0", "fix that value"]),
+    ("model config.json with heads in a list", ["plan", "BASE", "model_name_or_path={w}/list_heads_model"],
+     ["num_attention_heads is [2]", "fix that value"]),
+    ("model config.json with a quoted hidden size", ["plan", "BASE", "model_name_or_path={w}/text_hidden_model"],
+     ['hidden_size is "64"', "fix that value"]),
+    ("plan: val_size nan", ["plan", "BASE", "val_size=nan", "eval_dataset="], ["val_size=nan", "set val_size"]),
+    ("plan: val_size text", ["plan", "BASE", "val_size=abc", "eval_dataset="], ["val_size=abc", "set val_size"]),
+    ("tiny-model data of broken JSON", ["tiny-model", "{w}/made", "--data", "{w}/broken_demo"],
+     ["broken_demo/demo_sft.json is not valid JSON", "fix the file"]),
+    ("dataset nested too deep", ["train", "BASE", "dataset_dir={w}/ds", "dataset=deep", "eval_dataset="],
+     ["ds/deep.json", "nests deeper", "fix the file"]),
     ("model is a file", ["train", "preset=sft", "model_name_or_path={w}/a_file"], ["no config.json"]),
     (
         "dataset JSON broken",

@@ -189,3 +189,13 @@ def test_a_library_error_outside_a_run_is_one_line_and_the_traceback_only_with_v
     assert line == "mpskit: error: ValueError: a fresh problem while merging; rerun with -v for the whole traceback"
     assert cli.main(["-v", "export", str(tmp_path), "-o", str(tmp_path / "merged")]) == 2
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_library_errors_line_names_a_setting_by_whole_word_and_a_data_error_its_data():
+    from mpskit.run.boundary import named_setting
+
+    args = {"dataset": "demo_sft", "dataset_dir": "/data", "lora_rank": 8, "template": "qwen"}
+    assert named_setting("cannot import datasets.py from the working folder", args) is None
+    assert named_setting("lora_rank must divide the hidden size", args) == "lora_rank=8"
+    assert named_setting("template qwen has no system turn", args) == "template=qwen"
+    assert named_setting("Couldn't cast the column", args, "datasets") == "dataset=demo_sft (in /data)"

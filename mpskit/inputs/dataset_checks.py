@@ -63,13 +63,12 @@ def check_datasets(args: dict, rows: bool = True) -> None:
                 raise MpskitError(f"dataset '{name}' points at {path}, {NOT_A_FILE}", "point file_name at a data file")
             if rows and path.is_file() and path.suffix in (".json", ".jsonl"):
                 _check_rows(path, read_rows(path), required_columns(entry, stage))
-    if rows:
-        check_val_size(args)
+    check_val_size(args, rows)
 
 
-def check_val_size(args: dict) -> None:
+def check_val_size(args: dict, rows: bool = True) -> None:
     """val_size as LLaMA-Factory splits with it: a share in [0, 1) or a number of rows above 1 that
-    leaves rows to train on, and never beside an eval_dataset."""
+    leaves rows to train on (with `rows`, which reads the files), and never beside an eval_dataset."""
     text = args.get("val_size")
     if text is None:
         return
@@ -85,10 +84,10 @@ def check_val_size(args: dict) -> None:
             f"val_size={text} beside eval_dataset={args['eval_dataset']} (LLaMA-Factory takes one or the other)",
             "leave out val_size or eval_dataset",
         )
-    rows = training_rows(args)
-    held_out = math.ceil(size * rows) if rows and size < 1 else int(size)
-    if rows is not None and held_out >= rows:
-        raise MpskitError(f"val_size={text} holds out {held_out} of the {rows} training rows, leaving none", fix)
+    total = training_rows(args) if rows else None
+    held_out = math.ceil(size * total) if total and size < 1 else int(size)
+    if total is not None and held_out >= total:
+        raise MpskitError(f"val_size={text} holds out {held_out} of the {total} training rows, leaving none", fix)
 
 
 CONVERTED_ROWS = 5000  # rows of each file put through LLaMA-Factory's converter before a run
@@ -224,25 +223,45 @@ def required_columns(entry: dict, stage: str) -> list[str]:
 
 
 def read_rows(path: Path) -> list:
+    """A .json file's list of rows, or a .jsonl file's rows (a .json file of JSON Lines too, and a
+    byte-order mark before either: LLaMA-Factory's loader reads them so)."""
     if not path.is_file():  # reading a FIFO would wait for a writer
         raise MpskitError(f"{path}, {NOT_A_FILE}", "give a .json or .jsonl file")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:
         raise MpskitError(f"{path} is not UTF-8 text (byte {err.start})", "save it as UTF-8") from err
     if not text.strip():
         raise MpskitError(f"{path} is empty", "give it examples, or name another dataset")
-    lines = enumerate(text.splitlines(), start=1) if path.suffix == ".jsonl" else [(1, text)]
-    rows = []
-    for first_line, chunk in lines:
+    if path.suffix != ".jsonl":
         try:
-            rows.append(json.loads(chunk) if chunk.strip() else None)
-        except json.JSONDecodeError as err:
-            line = first_line + err.lineno - 1
-            raise MpskitError(f"{path} is not valid JSON (line {line}: {err.msg})", "fix the file") from err
-    if path.suffix == ".jsonl":
-        return [row for row in rows if row is not None]
-    rows = rows[0]
+            rows = [_parsed(path, 1, text)]
+        except MpskitError:
+            if not text.lstrip().startswith("{") or len(text.strip().splitlines()) < 2:
+                raise
+            rows = _lines(path, text)  # JSON Lines in a .json file
+        else:
+            return _row_list(path, rows[0])
+    else:
+        rows = _lines(path, text)
+    return [row for row in rows if row is not None]
+
+
+def _lines(path: Path, text: str) -> list:
+    return [_parsed(path, number, line) if line.strip() else None for number, line in enumerate(text.splitlines(), 1)]
+
+
+def _parsed(path: Path, first_line: int, chunk: str):
+    try:
+        return json.loads(chunk)
+    except json.JSONDecodeError as err:
+        line = first_line + err.lineno - 1
+        raise MpskitError(f"{path} is not valid JSON (line {line}: {err.msg})", "fix the file") from err
+    except RecursionError:
+        raise MpskitError(f"{path}: line {first_line} nests deeper than JSON readers go", "fix the file") from None
+
+
+def _row_list(path: Path, rows) -> list:
     if not isinstance(rows, list):
         raise MpskitError(f"{path} holds a {type(rows).__name__}, not a list of examples", "write [{...}, {...}]")
     return rows

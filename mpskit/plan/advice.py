@@ -31,8 +31,8 @@ ADVICE_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "cu
 def model_dims(run_dims: dict, model_path: str, revision: str | None = None) -> ModelDims:
     """Dims from a local model's own config.json (it is the model that trains, whatever preset named
     another), else from the model preset, else from a hub model's config.json (hub.py)."""
+    config = Path(str(model_path)).expanduser() / "config.json"
     try:
-        config = Path(str(model_path)).expanduser() / "config.json"
         if config.is_file():
             data = json.loads(config.read_text(encoding="utf-8"))
         elif run_dims:
@@ -46,6 +46,9 @@ def model_dims(run_dims: dict, model_path: str, revision: str | None = None) -> 
             )
         return dims_from_mapping(data.get("text_config", data))
     except (ValueError, json.JSONDecodeError) as err:
+        if config.is_file():
+            raise MpskitError(f"cannot read the model's dimensions from {config}: {err}",
+                              "fix that value in config.json, or give another model") from err  # fmt: skip
         raise MpskitError(f"cannot read the model's dimensions: {err}", "add dims: to the model preset") from err
 
 

@@ -13,6 +13,7 @@ footprint (torch, transformers, LLaMA-Factory), which counts against RAM but not
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 
 from mpskit.inputs.knobs import Knobs
@@ -187,9 +188,14 @@ def dims_from_mapping(data: dict) -> ModelDims:
     values = {hf.get(key, key): value for key, value in data.items()}
     values.setdefault("kv_heads", values.get("heads"))
     names = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
-    missing = [name for name in names if not isinstance(values.get(name), int)]
+    missing = [name for name in names if name not in values]
     if missing:
         raise ValueError(f"model dims lack {', '.join(missing)}")
+    said = {name: key for key, name in hf.items() if key in data}  # the name the mapping itself uses
+    for name in names:
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{said.get(name, name)} is {json.dumps(value)}, not a whole number above 0")
     checkpoint_dtype = CHECKPOINT_DTYPES.get(str(data.get("dtype") or data.get("torch_dtype")))
     return ModelDims(*(values[name] for name in names), tied_embeddings=bool(values.get("tied_embeddings", True)),
                      checkpoint_dtype=checkpoint_dtype, model_type=data.get("model_type"))  # fmt: skip

@@ -8,6 +8,7 @@ concerns where one of the run's arguments (its key or its value) appears in that
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -29,12 +30,20 @@ def library_of(err: BaseException) -> str | None:
     return None
 
 
-def named_setting(message: str, args: dict) -> str | None:
-    """A run argument the message names, by its key or by its value (a value of 3 characters or more)."""
+def named_setting(message: str, args: dict, library: str | None = None) -> str | None:
+    """A run argument the message names as a whole word, by its key or by its value (a value of 3
+    characters or more: "dataset" is not named by "datasets.py"); for an error of the datasets library
+    that names none, the data the run reads."""
     for key, value in args.items():
-        if key in message or (isinstance(value, str) and len(value) >= 3 and value in message):
+        if _names(message, key) or (isinstance(value, str) and len(value) >= 3 and _names(message, value)):
             return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+    if library == "datasets" and args.get("dataset"):
+        return f"dataset={args['dataset']} (in {args.get('dataset_dir', 'data')})"
     return None
+
+
+def _names(message: str, word: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", message) is not None
 
 
 def one_line(err: BaseException, args: dict | None = None) -> tuple[str, str | None]:
@@ -44,7 +53,7 @@ def one_line(err: BaseException, args: dict | None = None) -> tuple[str, str | N
     message = message if len(message) <= MESSAGE_CHARS else message[: MESSAGE_CHARS - 3] + "..."
     where = library_of(err)
     kind = f"{where} ({type(err).__name__})" if where else type(err).__name__
-    return f"{kind}: {message}" if message else kind, named_setting(str(err), args or {})
+    return f"{kind}: {message}" if message else kind, named_setting(str(err), args or {}, where)
 
 
 def keep_traceback(err: BaseException, log_dir: Path | None) -> None:

@@ -6,11 +6,11 @@ LLaMA-Factory's `qwen` template works with it and nothing is downloaded.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from mpskit import output_folder
 from mpskit.errors import MpskitError
+from mpskit.inputs.dataset_checks import read_rows
 from mpskit.inputs.presets import demo_data_dir, preset_model_dir
 from mpskit.run.quiet import is_verbose
 
@@ -44,8 +44,8 @@ def ensure_preset_model(data_dir: str | Path | None = None) -> tuple[Path, bool]
 def _corpus(data_dir: Path) -> list[str]:
     texts = []
     for path in sorted(data_dir.glob("demo_*.json")):  # the demo sets only: the real model's are not its
-        for row in json.loads(path.read_text(encoding="utf-8")):
-            texts += [str(value) for value in row.values() if value]
+        for row in read_rows(path):
+            texts += [str(value) for value in row.values() if value] if isinstance(row, dict) else []
     texts.append("system user assistant You are a helpful assistant.")
     return texts
 
