@@ -30,6 +30,18 @@ def test_unreachable_hub_id_names_model_path_and_demo():
     assert_one_line_error(result, "Qwen/Qwen1.5-0.5B", "MODEL_PATH", "make demo")
 
 
+def test_planning_an_uncached_hub_model_without_network_is_one_line_at_once():
+    """Without HF_HUB_OFFLINE, huggingface_hub would retry for 24 s, printing a line each time."""
+    import time
+
+    env = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens there
+    started = time.monotonic()
+    result = run_mpskit("plan", "preset=sft", "model_name_or_path=Org/not-cached-here", "template=qwen", env=env)
+    assert time.monotonic() - started < 10
+    assert_one_line_error(result, "Org/not-cached-here", "not cached and the hub cannot be reached")
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
 def test_malformed_yaml(tmp_path):
     bad = tmp_path / "run.yaml"
     bad.write_text("stage: sft\n  lora_rank: [4\n")

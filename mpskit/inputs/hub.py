@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 from mpskit.errors import MpskitError
 
@@ -30,6 +32,18 @@ def hub_cache_dir() -> Path:
 def hub_offline() -> bool:
     """HF_HUB_OFFLINE as huggingface_hub reads it (1, true, yes or on)."""
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the hub's host takes a connection (HF_ENDPOINT's; behind a proxy, the proxy decides)."""
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")):
+        return True
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout_s).close()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def hub_config(repo_id: str, revision: str | None = None) -> dict:
@@ -64,6 +78,8 @@ def hub_config_path(repo_id: str, revision: str | None = None) -> Path:
         if not isinstance(path, str):
             if hub_offline():
                 raise MpskitError(f"{repo_id}: its config.json is not cached and HF_HUB_OFFLINE is set", fix)
+            if not hub_reachable():  # huggingface_hub would retry for 24 s, a line each time
+                raise MpskitError(f"{repo_id}: its config.json is not cached and the hub cannot be reached", fix)
             path = hf_hub_download(repo_id, CONFIG, cache_dir=cache, revision=revision)
     except GatedRepoError as err:
         raise MpskitError(
