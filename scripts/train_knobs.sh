@@ -24,8 +24,12 @@ if [[ "$MODEL_PRESET" == tiny && -z "$MODEL_PATH" ]]; then
     mpskit tiny-model                           # the offline demo model, built once where its preset looks
 fi
 eval "$(mpskit env ${HARDWARE:+--hardware "$HARDWARE"})"
+DATA_FOLDER="$DATASET_DIR"
+if [[ "$DATA" == */* || "$DATA" == *.json || "$DATA" == *.jsonl ]]; then
+    DATA_FOLDER=""                              # a data file or folder of its own: no dataset_info.json
+fi
 TRAIN_ARGS=(
-    model_preset="$MODEL_PRESET" dataset_dir="$DATASET_DIR" ${HARDWARE:+--hardware "$HARDWARE"}
+    model_preset="$MODEL_PRESET" ${DATA_FOLDER:+dataset_dir="$DATA_FOLDER"} ${HARDWARE:+--hardware "$HARDWARE"}
     ${MODEL_PATH:+model_name_or_path="$MODEL_PATH"} ${RUN_NAME:+run_name="$RUN_NAME"}
     ${DATA:+dataset="$DATA"} ${EVAL_DATA:+eval_dataset="$EVAL_DATA"}
     ${MAX_SEQ_LEN:+cutoff_len="$MAX_SEQ_LEN"} ${LORA_RANK:+lora_rank="$LORA_RANK"}

@@ -125,6 +125,9 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("predict.yaml", lf_file + "do_predict: true\npredict_with_generate: false\n")
     write("idle.yaml", lf_file)
     write("rows.jsonl", '{"instruction": "1+1?", "output": "2"}\n')
+    write("qmethod.yaml", "stage: sft\nquantization_bit: 4\nquantization_method: bitsandbytes\n")
+    (work / "fifo_split").mkdir()
+    os.mkfifo(work / "fifo_split" / "train.jsonl")
     os.mkfifo(work / "pipe.yaml")
     write("bad_config_model/config.json", "{ not json")
     write("config_only_model/config.json", '{"model_type": "qwen2"}')
@@ -446,8 +449,12 @@ INPUT_CASES = [
     ("a run file that predicts", ["train", "{w}/predict.yaml"], ["predicts and does not train", "llamafactory-cli"]),
     ("a run file that trains nothing", ["train", "{w}/idle.yaml"], ["nothing to train", "do_train: true"]),
     ("stage typo", ["train", "BASE", "stage=dop"], ["unknown stage 'dop'", "did you mean 'dpo'"]),
+    ("a data folder whose train.jsonl is a FIFO", ["train", "preset=sft", "dataset={w}/fifo_split"],
+     ["train.jsonl, which is not a regular file", "move train.jsonl away"]),
     ("a data file beside a dataset_dir", ["train", "BASE", "dataset={w}/rows.jsonl"],
      ["is a file, so dataset_dir", "leave out dataset_dir"]),
+    ("quantization_method named as the library", ["train", "{w}/qmethod.yaml", "BASE"],
+     ["not a LLaMA-Factory value", "quantization_method=bnb"]),
     ("oom_ladder not keep or adapt", ["train", "BASE", "oom_ladder=sometimes"], ["oom_ladder='sometimes'", "adapt"]),
     ("export of a folder that is not a run", ["export", "{w}/not_a_run", "-o", "{w}/merged"], ["not an mpskit run"]),
     pytest.param(

@@ -143,6 +143,9 @@ def test_scripts_train_the_presets_own_model_unless_model_path_is_set(tmp_path):
         words = done.stdout.split()
         assert done.returncode == 0 and "model_preset=qwen2.5-1.5b" in words, done.stderr
         assert [w for w in words if w.startswith("model_name_or_path=")] == ([expected] if expected else [])
+    env = {**os.environ, "PATH": path, "DATA": "~/rows.jsonl"}  # a file of its own: no dataset_dir beside it
+    words = subprocess.run(["bash", "-c", show], cwd=ROOT, capture_output=True, text=True, env=env).stdout.split()
+    assert "dataset=~/rows.jsonl" in words and not [w for w in words if w.startswith("dataset_dir=")]
     env = {**os.environ, "PATH": path, "MAX_SEQ_LEN": "64 lora_rank=2"}  # one knob stays one word
     done = subprocess.run(["bash", "-c", show], cwd=ROOT, capture_output=True, text=True, env=env)
     assert "cutoff_len=64 lora_rank=2" in done.stdout.splitlines() and "lora_rank=2" not in done.stdout.splitlines()

@@ -46,6 +46,9 @@ def named_data(value) -> set[str]:
 
 def _split_file(folder: Path, names: tuple[str, ...]) -> Path | None:
     found = [folder / f"{name}{suffix}" for name in names for suffix in SUFFIXES]
+    odd = next((path for path in found if path.exists() and not path.is_file()), None)
+    if odd is not None:  # a FIFO, a folder: reading one would wait or fail
+        raise MpskitError(f"{odd}, {NOT_A_FILE}", f"put the rows in a plain file there, or move {odd.name} away")
     return next((path for path in found if path.is_file()), None)
 
 

@@ -53,6 +53,11 @@ def check_settings(args: dict) -> None:
         return
     if bits not in BITS:
         raise MpskitError(f"quantization_bit={bits!r}: bitsandbytes quantizes to 4 bits (NF4) or 8", "set 4 or 8")
+    if method.lower() == "bitsandbytes":
+        raise MpskitError(
+            f"quantization_method={method} is not a LLaMA-Factory value: it calls bitsandbytes '{METHOD}'",
+            f"write quantization_method={METHOD}, or leave it out ({METHOD} is the default)",
+        )
     if method != METHOD:
         raise MpskitError(
             f"quantization_method={method}: mpskit quantizes with bitsandbytes (HQQ fails under transformers 5.6, "
