@@ -121,6 +121,7 @@ def test_sigint_then_resume_reaches_the_uninterrupted_end(tmp_path, tiny_model):
     assert f"resume with: mpskit train --resume {logs.relative_to(tmp_path) / run_dir.name}" in stderr
     stopped_at, _ = final_state(run_dir)
     assert 10 <= stopped_at < whole_step and (run_dir / f"checkpoint-{stopped_at}").is_dir()
+    assert not [row for row in log_rows(run_dir) if "eval_loss" in row]  # a stop saves and goes, no held-out pass
 
     resumed = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -26,13 +26,21 @@ class StopOnSignal(TrainerCallback):
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.guard.signal_name:
+        if self.guard.signal_name:  # a stop saves and goes: no held-out pass (minutes on a 7B model)
             control.should_save = True
             control.should_training_stop = True
+            control.should_evaluate = False
+        return control
+
+    def on_epoch_end(self, args, state, control, **kwargs):  # a stop ends the epoch: eval_strategy=epoch
+        if self.guard.signal_name:
+            control.should_evaluate = False
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
-        if not self.guard.signal_name:
+        if self.guard.signal_name:
+            args.do_eval = False  # LLaMA-Factory's workflow evaluates after training where do_eval is set
+        else:
             self.guard.phase = "after the last step, while saving the results"
         return control
 
