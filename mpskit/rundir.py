@@ -786,6 +786,11 @@ class RunDir:
     def log(self) -> list[dict]:
         return read_log(self.path)
 
+    def newest_evaluation(self) -> dict:
+        """The results `mpskit eval` wrote last into eval/<dataset>-<time>/; {} when it never ran."""
+        written = [path for path in (self.path / "eval").glob(f"*/{RESULTS}") if not path.parent.is_symlink()]
+        return self.results(max(written, key=lambda path: path.stat().st_mtime).parent) if written else {}
+
     def mend_log(self) -> None:
         """Before a resume: a last line of trainer_log.jsonl cut short (a kill mid-append) is dropped,
         so that LLaMA-Factory's next entry starts a line of its own instead of joining it."""

@@ -61,6 +61,10 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("no_ckpt_run/llamafactory.yaml", "stage: sft\n")
     write("typed_run/mpskit.json", '{"run_name": "r", "stage": "sft", "device": "cpu", "attempts": [{"attempt": "1"}]}')
     write("typed_run/llamafactory.yaml", "stage: sft\n")
+    write("stopped_run/mpskit.json", json.dumps({"run_name": "r", "stage": "dpo", "device": "cpu",
+                                                 "attempts": [{"attempt": 1, "outcome": "stopped by SIGINT"}]}))
+    write("stopped_run/llamafactory.yaml", "stage: dpo\n")
+    write("stopped_run/all_results.json", '{"train_runtime": 3.0}')  # LLaMA-Factory writes it at a stop too
     write("linked_run/mpskit.json", '{"run_name": "r", "stage": "sft", "device": "cpu"}')
     write("linked_run/llamafactory.yaml", "stage: sft\n")
     (work / "linked_run" / "trainer_log.jsonl").symlink_to(work / "elsewhere.jsonl")  # LLaMA-Factory appends there
@@ -418,6 +422,8 @@ INPUT_CASES = [
     ("word without a key", ["train", "BASE", "=4"], ["empty key"]),
     ("unknown command", ["trian"], ["invalid choice: 'trian'"]),
     ("compare without --out", ["compare", "{w}/not_a_run"], ["--out"]),
+    ("compare of a run that stopped early", ["compare", "--out", "{w}/cmp", "{w}/stopped_run"],
+     ["did not finish (stopped by SIGINT)", "finish it first: mpskit train --resume"]),
     ("template misspelt", ["train", "BASE", "template=qwne"], ["template 'qwne'", "did you mean 'qwen'"]),
     ("config: template misspelt", ["config", "BASE", "template=qwne"], ["template 'qwne'"]),
     ("val_size one", ["train", "BASE", "val_size=1", "eval_dataset="], ["val_size=1"]),

@@ -301,3 +301,23 @@ def test_eval_of_a_foodpo_run_reports_what_its_training_evaluation_reported(tiny
     [evaluated] = [json.loads(path.read_text()) for path in run_dir.glob("eval/*/all_results.json")]
     for key in ("eval_rewards/accuracies", "eval_rewards/margins", "eval_loss", "eval_dynamic_beta"):
         assert evaluated[key] == pytest.approx(training[key], rel=1e-4), key
+
+
+def test_compare_takes_the_held_out_figures_mpskit_eval_wrote_for_a_run_trained_without_them(tmp_path):
+    import json
+
+    from mpskit.rundir import Attempt, RunRecord, write_record
+    from mpskit.tools.compare import summarise_run
+
+    run_dir = tmp_path / "output" / "dpo" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    finished = [Attempt(1, outcome="finished")]
+    write_record(run_dir, RunRecord(run_name="dpo", stage="dpo", device="cpu", attempts=finished))
+    (run_dir / "llamafactory.yaml").write_text("stage: dpo\n")
+    (run_dir / "all_results.json").write_text('{"train_runtime": 3.0, "train_loss": 0.6}')
+    assert summarise_run(run_dir)["eval_rewards/accuracies"] is None
+    scored = run_dir / "eval" / "pairs-20260101-010000"
+    scored.mkdir(parents=True)
+    (scored / "all_results.json").write_text(json.dumps({"eval_rewards/accuracies": 0.75, "eval_rewards/margins": 0.2}))
+    row = summarise_run(run_dir)
+    assert row["eval_rewards/accuracies"] == 0.75 and row["eval_rewards/log_ratio_gap"] == pytest.approx(2.0)

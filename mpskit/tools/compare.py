@@ -22,8 +22,11 @@ COLUMNS = ("run", "stage", SCALE, "final_train_loss", "eval_rewards/accuracies",
 def summarise_run(run_dir: Path) -> dict:
     run = RunDir.open(run_dir)
     record, results = run.record, run.results()
-    if not results:
-        raise MpskitError(f"{run.path} is not a finished mpskit run (no results written)", "")
+    if not results or not run.finished:
+        how = record.attempts[-1].outcome if record.attempts else "never trained"
+        raise MpskitError(f"{run.path} did not finish ({how})", f"finish it first: mpskit train --resume {run.path}")
+    if "eval_rewards/accuracies" not in results:  # trained without held-out pairs: what `mpskit eval` scored
+        results = {**results, **run.newest_evaluation()}
     args = record.llamafactory_args
     train_rows = [row for row in run.log() if "loss" in row]
     betas = [row["dynamic_beta"] for row in train_rows if "dynamic_beta" in row]
