@@ -321,3 +321,15 @@ def test_compare_takes_the_held_out_figures_mpskit_eval_wrote_for_a_run_trained_
     (scored / "all_results.json").write_text(json.dumps({"eval_rewards/accuracies": 0.75, "eval_rewards/margins": 0.2}))
     row = summarise_run(run_dir)
     assert row["eval_rewards/accuracies"] == 0.75 and row["eval_rewards/log_ratio_gap"] == pytest.approx(2.0)
+
+
+@pytest.mark.e2e
+def test_a_full_fine_tune_is_chatted_with_from_its_own_folder(tmp_path, tiny_model):
+    words = ["train", "preset=sft", "model_preset=tiny", f"model_name_or_path={tiny_model}", "finetuning_type=full",
+             f"dataset_dir={ROOT / 'data'}", "max_steps=1", "eval_strategy=no", "run_name=full", "--hardware", "cpu"]
+    trained = run_mpskit(*words, cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    run_dir = (tmp_path / "output" / "full" / "latest").resolve()
+    assert (run_dir / "model.safetensors").is_file() and not (run_dir / "adapter_config.json").exists()
+    chat = run_mpskit("chat", str(run_dir), "--prompt", "hi", "--max-new-tokens", "4", cwd=tmp_path)
+    assert chat.returncode == 0 and chat.stdout.strip(), chat.stderr[-2000:]

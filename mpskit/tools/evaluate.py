@@ -48,7 +48,7 @@ def evaluate_run(
             **{key: value for key, value in args.items() if key not in ("infer_backend", "infer_dtype", *FOODPO_KEYS)},
             **foodpo,
             "stage": "foodpo" if stage == "foodpo" else "dpo",
-            "ref_model": args["model_name_or_path"],  # without it, an evaluation-only DPO run is its own reference
+            "ref_model": trained["model_name_or_path"],  # the base; else an evaluation-only run is its own reference
             **({"ref_model_quantization_bit": args["quantization_bit"]} if "quantization_bit" in args else {}),
             "do_train": False,
             "do_eval": True,

@@ -15,6 +15,7 @@ from mpskit.run.quiet import library_output
 from mpskit.rundir import RunDir, latest_run_dir
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+MODEL_FILES = ("config.json", "model.safetensors")  # a full fine-tune's: the run folder is the model (or its index)
 EXPORT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # else float32: what the run trained in
 
 
@@ -22,7 +23,8 @@ def open_trained(run_dir: str | Path | None, allow_unfinished: bool = False) -> 
     """A run whose adapter can be used (default: the newest run). A run that stopped before its last
     step has an adapter too (LLaMA-Factory saves one on a stop): it is used only when asked, and said."""
     run = RunDir.open(run_dir or latest_run_dir())
-    missing = [name for name in ADAPTER_FILES if not (run.path / name).is_file()]
+    wanted = MODEL_FILES if full_model(run) else ADAPTER_FILES
+    missing = [name for name in wanted if not _saved(run.path, name)]
     if missing:
         raise MpskitError(
             f"{run.path} has no finished adapter ({missing[0]} missing)",
@@ -37,9 +39,19 @@ def open_trained(run_dir: str | Path | None, allow_unfinished: bool = False) -> 
     return run
 
 
-def inference_args(run: RunDir, quantized: bool = True) -> dict:
-    """LLaMA-Factory's inference arguments for a run's adapter, in the environment the run trained in,
-    on the base in the bits it trained on (`quantized=False`: the 16-bit base, which export merges into)."""
+def full_model(run: RunDir) -> bool:
+    """A full fine-tune (finetuning_type: full or freeze) saves the whole model into its folder."""
+    return run.yaml_args().get("finetuning_type", "lora") in ("full", "freeze")
+
+
+def _saved(folder: Path, name: str) -> bool:
+    return (folder / name).is_file() or (name == "model.safetensors" and (folder / f"{name}.index.json").is_file())
+
+
+def inference_args(run: RunDir, quantized: bool = True, base: bool = False) -> dict:
+    """LLaMA-Factory's inference arguments for a run's adapter (or a full fine-tune's own folder), in the
+    environment the run trained in, on the base in the bits it trained on (`quantized=False`: the 16-bit
+    base, which export merges into; `base`: the base model alone)."""
     from mpskit.engine.environment import enter_run_environment
 
     enter_run_environment(run.record)
@@ -48,12 +60,11 @@ def inference_args(run: RunDir, quantized: bool = True) -> dict:
     if quantized:
         keys += ("quantization_bit", "quantization_method", "quantization_type", "double_quantization")
     dtype = next((name for key, name in EXPORT_DTYPES.items() if args.get(key)), "float32")
-    return {
-        **{key: args[key] for key in keys if key in args},
-        "adapter_name_or_path": str(run.path),
-        "infer_backend": "huggingface",
-        "infer_dtype": dtype,
-    }
+    chosen = {**{key: args[key] for key in keys if key in args}, "infer_backend": "huggingface", "infer_dtype": dtype}
+    if base or full_model(run):  # a plain model: the base, or a full fine-tune's folder itself
+        return {**chosen, "model_name_or_path": chosen["model_name_or_path"] if base else str(run.path),
+                "finetuning_type": "lora"}  # fmt: skip
+    return {**chosen, "adapter_name_or_path": str(run.path)}
 
 
 def chat(
@@ -63,8 +74,7 @@ def chat(
     """One answer to `prompt`, or a loop on standard input (`exit` ends it, `clear` forgets). `base`: the
     run's base model alone (its template and bits), to compare with what training made of it."""
     if base:
-        args = inference_args(RunDir.open(run_dir or latest_run_dir()))
-        del args["adapter_name_or_path"]
+        args = inference_args(RunDir.open(run_dir or latest_run_dir()), base=True)
     else:
         args = inference_args(open_trained(run_dir, allow_unfinished))
     with library_output():  # stdout is for the answers
