@@ -172,16 +172,17 @@ def test_eval_judges_runs_on_held_out_pairs_against_the_base_model(finished_run,
         "max_steps=8", "learning_rate=5e-3", "eval_strategy=no", "run_name=dpo", "--hardware", "cpu", cwd=work,
     )  # fmt: skip
     assert dpo.returncode == 0, dpo.stderr[-2000:]
-    result = run_mpskit("eval", "output/dpo/latest", str(finished_run), "--dataset", "demo_pref_eval", cwd=work)
+    shutil.copy(ROOT / "data" / "demo_pref_eval.json", work / "pairs.json")  # a plain file, as train takes one
+    result = run_mpskit("eval", "output/dpo/latest", str(finished_run), "--dataset", "pairs.json", cwd=work)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in result.stdout.splitlines()]
     header, _, dpo_row, sft_row = rows
     assert header == ["run", "stage", "eval dataset", "eval_rewards/accuracies", "eval_rewards/margins", "eval_loss"]
-    assert (dpo_row[1], sft_row[1], dpo_row[2]) == ("dpo", "sft", "demo_pref_eval")
+    assert (dpo_row[1], sft_row[1]) == ("dpo", "sft") and dpo_row[2].endswith("pairs")
     dpo_accuracy, dpo_margin, sft_margin = float(dpo_row[3]), float(dpo_row[4]), float(sft_row[4])
     assert 0 <= float(sft_row[3]) <= 1 and dpo_accuracy > 0.6  # DPO learnt the demo preferences
     assert dpo_margin > 0.05 and dpo_margin > sft_margin  # against the base model, not against itself
-    results = {path.resolve() for path in (work / "output" / "dpo").glob("*/eval/demo_pref_eval-*/all_results.json")}
+    results = {path.resolve() for path in (work / "output" / "dpo").glob(f"*/eval/{dpo_row[2]}-*/all_results.json")}
     assert len(results) == 1  # in the run's folder (also reached through `latest`)
 
 

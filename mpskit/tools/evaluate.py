@@ -20,6 +20,7 @@ from mpskit.engine import lf
 from mpskit.errors import MpskitError
 from mpskit.inputs.dataset_checks import check_datasets
 from mpskit.inputs.foodpo import FOODPO_KEYS
+from mpskit.inputs.plain_data import register_plain_data, registration_folder
 from mpskit.inputs.run_spec import RunSpec
 from mpskit.recipes.checks import check_model
 from mpskit.run.quiet import library_output
@@ -81,7 +82,12 @@ def evaluate(
     run_dirs: list[str], dataset: str | None = None, dataset_dir: str | None = None, allow_unfinished: bool = False
 ) -> str:
     """The Markdown table over the runs, one row each. Each run is checked before any is evaluated:
-    a run that cannot be is one line before the minutes the others take, not after them."""
+    a run that cannot be is one line before the minutes the others take, not after them. A DATASET that
+    is a plain file (or a folder with valid.jsonl) is read as train reads one, and registered for this."""
+    if dataset:
+        given, entries, converted = register_plain_data({"eval_dataset": dataset}, "dpo")
+        if entries:
+            dataset, dataset_dir = given["eval_dataset"], str(registration_folder(entries, converted))
     for run_dir in run_dirs:
         held_out_data(open_trained(Path(run_dir), allow_unfinished), dataset)
     rows = [evaluate_run(Path(run_dir), dataset, dataset_dir, allow_unfinished) for run_dir in run_dirs]
