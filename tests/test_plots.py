@@ -4,8 +4,9 @@ of real runs are checked in test_e2e.py and test_foodpo_e2e.py; here, logged his
 
 import json
 
+from mpskit.run import plots
 from mpskit.run.plots import loss_title, plot_memory, plot_training
-from mpskit.rundir import Attempt
+from mpskit.rundir import Attempt, RunRecord
 
 
 def _history(tmp_path, losses: list[float], **extra) -> None:
@@ -35,7 +36,7 @@ def test_a_preference_run_gets_loss_and_reward_plots(tmp_path):
     assert (tmp_path / "loss.png").stat().st_size > 10_000 and (tmp_path / "rewards.png").stat().st_size > 10_000
 
 
-def test_memory_plot_shows_every_attempt_that_left_samples(tmp_path):
+def test_memory_plot_shows_every_attempt_that_left_samples_and_where_one_ended_early(tmp_path, monkeypatch):
     def attempt(number: int, resumed_from: str | None) -> Attempt:
         samples = [[t / 10, 0.05 + 0.01 * (t % 3)] for t in range(40)]
         measured = {"device": "cpu", "training_gb": 0.07, "samples_gb": samples, "train_began_s": 1.0,
@@ -43,5 +44,17 @@ def test_memory_plot_shows_every_attempt_that_left_samples(tmp_path):
         return Attempt(number, resumed_from=resumed_from, measured=measured)
 
     attempts = [attempt(1, None), Attempt(2, outcome="error: disk full"), attempt(3, "checkpoint-4")]
-    assert plot_memory(tmp_path, attempts, 0.08, 20.0, "sft of tiny") == tmp_path / "memory.png"
+    attempts[0].outcome = "out of memory"
+    drawn = []
+    monkeypatch.setattr(plots._pyplot(), "close", drawn.append)  # the figure, to read what it shows
+    assert plot_memory(tmp_path, attempts, 0.08, 20.0, "sft of tiny, 4-bit base") == tmp_path / "memory.png"
+    [axis] = [axis for axis in drawn[0].axes if axis.get_title()]
+    assert "4-bit base" in axis.get_title() and "(1 of 3 attempts left no samples)" in axis.get_title()
+    assert [text.get_text() for text in axis.texts if "out of memory" in text.get_text()] == [" out of memory"]
     assert plot_memory(tmp_path / "none", [Attempt(1)], 0.08, 20.0, "sft of tiny") is None
+
+
+def test_a_plot_title_names_a_quantized_base():
+    record = RunRecord(run_name="r", stage="sft", device="mps",
+                       llamafactory_args={"model_name_or_path": "/m/Qwen2.5-7B", "quantization_bit": 4})  # fmt: skip
+    assert plots.run_title(record) == "sft of Qwen2.5-7B, 4-bit base on mps"

@@ -11,13 +11,15 @@ import json
 import statistics
 from pathlib import Path
 
-from mpskit.rundir import Attempt, RunRecord
+from mpskit.rundir import FINISHED, Attempt, RunRecord
 
 
 def run_title(record: RunRecord) -> str:
     """`dpo of tiny-model on cpu`: what a plot is about, not when it was made."""
-    model = Path(str(record.llamafactory_args.get("model_name_or_path", "?"))).name
-    return f"{record.stage} of {model} on {record.device}"
+    args = record.llamafactory_args
+    model = Path(str(args.get("model_name_or_path", "?"))).name
+    bits = f", {args['quantization_bit']}-bit base" if args.get("quantization_bit") else ""
+    return f"{record.stage} of {model}{bits} on {record.device}"
 
 
 def _pyplot():
@@ -198,6 +200,9 @@ def plot_memory(run_dir: Path, attempts: list[Attempt], predicted_gb: float | No
             axis.axvline(offset, color="0.3", linestyle="-.", linewidth=1, label=once("an attempt begins"))
             axis.annotate(f" attempt {attempt.attempt}{where}", (offset, 1), xycoords=("data", "axes fraction"),
                           va="top", fontsize="small")  # fmt: skip
+        if attempt.outcome not in ("", FINISHED):  # where it ended early, and how
+            axis.plot(seconds[-1], values[-1], "x", color="tab:red", markersize=9, label=once("an attempt ends early"))
+            axis.annotate(f" {attempt.outcome[:48]}", (seconds[-1], values[-1]), color="tab:red", fontsize="small")
         used += values
         offset = seconds[-1] + 1.0
     axis.axhline(peak, color="tab:blue", linestyle=":", label=f"measured peak {peak:.2f} GB")
