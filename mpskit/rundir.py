@@ -147,13 +147,13 @@ class RunRecord:
     device: str
     hardware: dict = field(default_factory=dict)  # the profile's fields
     layers: list[str] = field(default_factory=list)  # the preset files merged, in order
-    environment: dict = field(default_factory=dict)  # MPS variables exported for the run
+    environment: dict[str, str] = field(default_factory=dict)  # MPS variables exported for the run
     mps_hidden: bool = False
     llamafactory_args: dict = field(default_factory=dict)  # exactly what llamafactory.yaml says
     mpskit_args: dict = field(default_factory=dict)  # mpskit's own run keys (lean paths), never in the YAML
     changed_from_given: dict = field(default_factory=dict)  # no preset: key -> [user's value, written value]
     model_dims: dict = field(default_factory=dict)
-    data_rows: dict = field(default_factory=dict)  # plain data files: entry name -> rows, checked if one moves
+    data_rows: dict[str, int] = field(default_factory=dict)  # plain data files: entry name -> rows, checked if moved
     memory: Memory = field(default_factory=Memory)
     duration: Duration = field(default_factory=Duration)
     ladder: Ladder | None = None  # None: nothing may move (a rebuilt record)
@@ -395,6 +395,8 @@ def _is_of(value, hint) -> bool:
         return isinstance(value, int if hint is int else int | float) and not isinstance(value, bool)
     if origin is list:
         return isinstance(value, list) and all(_is_of(entry, args[0]) for entry in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_is_of(entry, args[1]) for entry in value.values())
     if dataclasses.is_dataclass(hint):
         return isinstance(value, dict)
     return isinstance(value, origin or hint)
@@ -407,6 +409,8 @@ def _type_words(hint) -> str:
         return " or ".join(_type_words(arg) for arg in typing.get_args(hint))
     if typing.get_origin(hint) is list:
         return f"a list of {_type_words(typing.get_args(hint)[0]).removeprefix('a ')}s"
+    if typing.get_origin(hint) is dict:
+        return f"a mapping to {_type_words(typing.get_args(hint)[1]).removeprefix('a ')}s"
     return words.get(hint, "a mapping")
 
 
@@ -660,8 +664,8 @@ def _model_or_run(folder: Path) -> str | None:
 
 
 # Fields a damaged record may still hold readably, with their types: a rebuilt record keeps them.
-RECOVERABLE = {"run_name": str, "mpskit_args": dict, "model_dims": dict, "layers": list, "keep_awake": bool,
-               "processes": list, "started": str, "changed_from_given": dict, "data_rows": dict}  # fmt: skip
+RECOVERABLE = ("run_name", "mpskit_args", "model_dims", "layers", "keep_awake", "processes", "started",
+               "changed_from_given", "data_rows")  # fmt: skip
 
 
 def check_rebuildable(run_dir: Path, args: dict) -> None:
@@ -692,7 +696,8 @@ def recoverable_fields(run_dir: Path) -> dict:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {key: data[key] for key, kind in RECOVERABLE.items() if isinstance(data.get(key), kind)}
+    hints = typing.get_type_hints(RunRecord)
+    return {key: data[key] for key in RECOVERABLE if key in data and _is_of(data[key], hints[key])}
 
 
 class RunDir:

@@ -368,6 +368,9 @@ DAMAGED_RECORDS = [
     (f'{{{RECORD_HEAD}, "ladder": {{"free": "lora_rank", "cutoff_floor": 256}}}}',
      'ladder.free is "lora_rank", not a list of texts'),
     (f'{{{RECORD_HEAD}, "keep_awake": 1}}', "keep_awake is 1, not true or false"),
+    (f'{{{RECORD_HEAD}, "environment": {{"PYTORCH_ENABLE_MPS_FALLBACK": [1]}}}}',
+     'environment is {"PYTORCH_ENABLE_MPS_FALLBACK": [1]}, not a mapping to texts'),
+    (f'{{{RECORD_HEAD}, "data_rows": {{"mine": "many"}}}}', 'data_rows is {"mine": "many"}, not a mapping to whole'),
 ]
 
 
