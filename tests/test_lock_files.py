@@ -1,15 +1,13 @@
-"""Lock files and leftovers mpskit did not make: a hard link, a FIFO or the user's own file where mpskit
-keeps a lock note is refused in one line naming it and never written; a killed writer's half-written
-folder is cleared by the next writer."""
+"""Lock files mpskit did not make: a hard link, a FIFO or the user's own file where mpskit keeps a lock
+note is refused in one line naming it and never written. (A killed writer's half-written folder, cleared
+by the next writer: test_use_run.py.)"""
 
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import ROOT, run_mpskit
+from conftest import run_mpskit
 
 from mpskit.rundir import Attempt, RunRecord, write_record
 
@@ -73,23 +71,3 @@ def test_an_output_paths_lock_file_that_mpskit_did_not_make_is_refused_and_left_
     assert result.returncode == 2 and f"{lock} is a" in result.stderr and "move" in result.stderr, result.stderr
     assert victim.read_text() == "mine\n" and not target.exists()
     assert plant == "FIFO" or lock.read_text() == "mine\n"
-
-
-def test_a_killed_writers_half_written_folder_is_cleared_by_the_next_writer(tmp_path):
-    """tiny-model killed by SIGKILL while it writes: the user's empty folder holds only its hidden
-    leftover; the next tiny-model there removes it (its process is gone), says so, and writes the model."""
-    out = tmp_path / "model"
-    out.mkdir()
-    child = subprocess.Popen([sys.executable, "-m", "mpskit.cli", "tiny-model", str(out)], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not list(out.glob(".model.partial-*/*")) and time.monotonic() < deadline and child.poll() is None:
-        time.sleep(0.02)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    [leftover] = list(out.iterdir())
-    assert leftover.name == f".model.partial-{child.pid}"
-    result = run_mpskit("tiny-model", str(out), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert f"removed {leftover}, left by a writer of model that was killed" in result.stderr
-    assert (out / "config.json").is_file() and not leftover.exists()
