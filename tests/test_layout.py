@@ -12,7 +12,8 @@ from conftest import ROOT
 
 # Floors, bottom first: a module may import any mpskit module on its own floor or below.
 FLOORS = [
-    {"mpskit", "mpskit.errors", "mpskit.stages", "mpskit.rundir", "mpskit.temporary"},
+    {"mpskit", "mpskit.errors", "mpskit.stages", "mpskit.rundir", "mpskit.temporary", "mpskit.lock_files",
+     "mpskit.output_folder", "mpskit.self_command"},
     {"mpskit.inputs"},
     {"mpskit.plan"},
     {"mpskit.engine"},

@@ -84,7 +84,7 @@ def evaluate(
     """The Markdown table over the runs, one row each. Each run is checked before any is evaluated:
     a run that cannot be is one line before the minutes the others take, not after them. A DATASET that
     is a plain file (or a folder with valid.jsonl) is read as train reads one, and registered for this."""
-    if dataset:
+    if dataset and not dataset_dir:  # with --dataset-dir, a name in its dataset_info.json
         given, entries, converted = register_plain_data({"eval_dataset": dataset}, "dpo")
         if entries:
             dataset, dataset_dir = given["eval_dataset"], str(registration_folder(entries, converted))
