@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast test-real check-install lint demo chat doctor bench-memory bench-planner bench-real tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
+.PHONY: install test test-all test-fast test-real check-install lint demo chat doctor bench-memory bench-planner bench-real tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
 
 install: $(STAMP)
 
@@ -20,6 +20,11 @@ PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist 
 test: $(STAMP)
 	$(BIN)/ruff check mpskit tests bench scripts
 	$(PYTEST) -m "not slow" --durations=25
+
+# Every test, the slow ones too (about twice make test's time).
+test-all: $(STAMP)
+	$(BIN)/ruff check mpskit tests bench scripts
+	$(PYTEST) --durations=25
 
 # The real tier whole: every test that trains the real model (SmolLM2-135M-Instruct), the slow ones too.
 test-real: $(STAMP)

@@ -65,7 +65,8 @@ def test_plan_shows_per_process_memory_for_eight_gpus():
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("stage", ["sft", "dpo", "foodpo"])
+@pytest.mark.parametrize("stage", ["sft", pytest.param("dpo", marks=pytest.mark.slow),
+                                   pytest.param("foodpo", marks=pytest.mark.slow)])  # fmt: skip
 def test_two_processes_train_through_torchrun_on_this_cpu(tmp_path, tiny_model, stage):
     words = [f"preset={stage}", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
              "cutoff_len=128", "num_train_epochs=1", "logging_steps=2", "device=cpu"]  # fmt: skip

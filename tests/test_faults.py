@@ -168,8 +168,15 @@ MOVES = {
 }
 
 
-@pytest.mark.parametrize("rung", list(RUNGS))
-@pytest.mark.parametrize("stage", list(STAGE_DATA))
+# Every rung for SFT in make test; for DPO and fooDPO one rung each there, the others in make test-all.
+LADDER_CASES = [
+    pytest.param(stage, rung, marks=[] if stage == "sft" or (stage, rung) in (("dpo", "checkpointing"),
+                 ("foodpo", "lora_rank")) else [pytest.mark.slow])  # fmt: skip
+    for stage in STAGE_DATA for rung in RUNGS
+]
+
+
+@pytest.mark.parametrize(("stage", "rung"), LADDER_CASES)
 def test_every_rung_of_the_ladder_ends_in_a_finished_run(tmp_path, tiny_model, stage, rung):
     words = [f"preset={stage}", f"model_name_or_path={tiny_model}", *[w for w in SHORT if "cutoff_len" not in w]]
     words += [*STAGE_DATA[stage], "max_steps=4", *RUNGS[rung], *([] if rung == "cutoff_len" else ["cutoff_len=128"])]

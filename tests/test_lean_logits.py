@@ -132,7 +132,8 @@ def assert_same(plain, lean) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("foodpo", [None, FooDPOConfig(pref_beta_scale=0.5), FooDPOConfig(0.5, ppl_source="reference")])
+@pytest.mark.parametrize("foodpo", [pytest.param(None, marks=pytest.mark.slow), FooDPOConfig(pref_beta_scale=0.5),
+                                    FooDPOConfig(0.5, ppl_source="reference")])  # fmt: skip
 def test_dpo_and_foodpo_lean_equal_plain(qwen_vocab_model, tmp_path, foodpo):
     dpo_lean_equals_plain(qwen_vocab_model, tmp_path, foodpo)
 

@@ -79,8 +79,13 @@ def test_every_script_of_the_fork_that_calls_llamafactory_cli_is_here():
     assert len(SCRIPTS) == 11
 
 
+SLOW_SCRIPTS = ("scripts/compare_foodpo_beta_scale.sh",)  # several runs: make test-all
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=[pytest.mark.slow] if name in SLOW_SCRIPTS else []) for name in SCRIPTS]
+)
 def test_each_script_trains_through_mpskit_or_is_refused_in_one_line(name, tiny_model, tmp_path):
     """The script runs unchanged from a copy of the fork's folders, its `llamafactory-cli` a shim that
     hands the same words to `mpskit train` with the model, the data and report_to swapped."""
