@@ -338,24 +338,17 @@ def test_a_full_fine_tune_is_chatted_with_from_its_own_folder(tmp_path, tiny_mod
 
 @pytest.mark.e2e
 def test_an_export_killed_mid_write_leaves_its_hidden_copy_which_the_next_export_clears(finished_run, tmp_path):
-    """SIGKILL while the merged model is written into the user's empty folder: only the hidden
-    `.NAME.partial-PID` is there; the next export removes it (its process is gone), says so, and writes."""
+    """SIGKILL once the merged model is written, under its hidden name, into the user's empty folder
+    (plugins/faults.py): only `.NAME.partial-PID` is there; the next export removes it (its process
+    is gone), says so, and writes."""
     import signal
-    import subprocess
-    import sys
-    import time
 
     out = tmp_path / "merged"
     out.mkdir()
-    child = subprocess.Popen([sys.executable, "-m", "mpskit.cli", "export", str(finished_run), "-o", str(out)],
-                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not list(out.glob(".merged.partial-*/*")) and time.monotonic() < deadline and child.poll() is None:
-        time.sleep(0.01)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    killed = run_mpskit("export", str(finished_run), "-o", str(out), env={"MPSKIT_FAKE_KILL_BEFORE_MOVE": "1"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     [leftover] = list(out.iterdir())
-    assert leftover.name == f".merged.partial-{child.pid}"
+    assert leftover.name.startswith(".merged.partial-") and (leftover / "config.json").is_file()
     again = run_mpskit("export", str(finished_run), "-o", str(out), cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"removed {leftover}, left by a writer of merged that was killed" in again.stderr

@@ -1,15 +1,17 @@
 """Test-only faults, injected where mpskit hands its callbacks to LLaMA-Factory (`lf.run`): out of
-memory, a full disk and a kill at a chosen step, asked for by the test's environment. Nothing in
-mpskit/ knows of them. Every interpreter the tests start loads this module (sitecustomize.py here,
-with this folder on PYTHONPATH; tests/warm.py preloads it in its server), and so does the test
-process itself (conftest.py).
+memory, a full disk and a kill at a chosen step (and a kill before a filled folder moves into place),
+asked for by the test's environment. Nothing in mpskit/ knows of them. Every interpreter the tests
+start loads this module (sitecustomize.py here, with this folder on PYTHONPATH; tests/warm.py preloads
+it in its server), and so does the test process itself (conftest.py).
 
 - MPSKIT_FAKE_OOM_AT_STEP=N: MPS's out-of-memory error during step N, in a run's first attempt only
   (the next one is the recovery), so the fallback ladder and its resume run end to end on a CPU;
 - MPSKIT_FAKE_FULL_DISK_AT_STEP=N: the checkpoint save of step N cut short the way a full disk cuts it
   (a partial file in .saving/, then ENOSPC), in the first attempt only;
 - MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP=N: SIGKILL as soon as the checkpoint of step N is saved, in
-  whichever attempt reaches it.
+  whichever attempt reaches it;
+- MPSKIT_FAKE_KILL_BEFORE_MOVE=1: SIGKILL once a folder a command fills (export, tiny-model, get-model)
+  is whole under its hidden name, before it moves into place (output_folder.move_into_place).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from transformers import TrainerCallback
 OOM_VARIABLE = "MPSKIT_FAKE_OOM_AT_STEP"
 FULL_DISK_VARIABLE = "MPSKIT_FAKE_FULL_DISK_AT_STEP"
 KILL_VARIABLE = "MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP"
+MOVE_KILL_VARIABLE = "MPSKIT_FAKE_KILL_BEFORE_MOVE"
 
 
 def synthetic_error(step: int) -> RuntimeError:
@@ -87,7 +90,8 @@ def faults_for(args: Mapping) -> list[TrainerCallback]:
 
 
 def install() -> None:
-    """mpskit's `lf.run` with the faults added to the callbacks it is given (once per process)."""
+    """mpskit's `lf.run` with the faults added to the callbacks it is given, and output_folder's move
+    with its kill (once per process)."""
     from mpskit.engine import lf
 
     if getattr(lf.run, "with_faults", False):
@@ -99,6 +103,17 @@ def install() -> None:
 
     run_with_faults.with_faults = True
     lf.run = run_with_faults
+
+    from mpskit import output_folder
+
+    plain_move = output_folder.move_into_place
+
+    def move_or_die(partial, out) -> None:  # the environment is read when it runs: warm children set it late
+        if os.environ.get(MOVE_KILL_VARIABLE):
+            os.kill(os.getpid(), signal.SIGKILL)
+        plain_move(partial, out)
+
+    output_folder.move_into_place = move_or_die
 
 
 install()
