@@ -23,6 +23,7 @@ from mpskit.errors import MpskitError
 NOTE = re.compile(r"process \d+ \([^\n]*\)")  # what note_text writes
 NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 EXISTING = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)  # the folder takes no note
 
 
 def note_text(doing: str) -> bytes:
@@ -111,10 +112,16 @@ def leave_note(path: Path, doing: str) -> int | None:
             path.unlink(missing_ok=True)
             continue
         except OSError as err:
-            if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+            if err.errno in UNWRITABLE:
                 return None
             raise
-        os.write(fd, note_text(doing))
+        try:
+            os.write(fd, note_text(doing))
+        except OSError as err:  # a full disk: locked all the same, without the note
+            remove_own(fd, path)
+            if err.errno not in UNWRITABLE:
+                raise
+            return None
         return fd
 
 

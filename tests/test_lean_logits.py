@@ -132,7 +132,9 @@ def assert_same(plain, lean) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("foodpo", [pytest.param(None, marks=pytest.mark.slow), FooDPOConfig(pref_beta_scale=0.5),
+# make test: the reference's perplexity (the policy's runs in test_lean_run_logs_the_losses_of_the_plain_run)
+@pytest.mark.parametrize("foodpo", [pytest.param(None, marks=pytest.mark.slow),
+                                    pytest.param(FooDPOConfig(pref_beta_scale=0.5), marks=pytest.mark.slow),
                                     FooDPOConfig(0.5, ppl_source="reference")])  # fmt: skip
 def test_dpo_and_foodpo_lean_equal_plain(qwen_vocab_model, tmp_path, foodpo):
     dpo_lean_equals_plain(qwen_vocab_model, tmp_path, foodpo)

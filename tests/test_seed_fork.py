@@ -81,7 +81,7 @@ def test_every_script_of_the_fork_that_calls_llamafactory_cli_is_here():
 
 # several runs, or a stage and settings another script here trains as well: make test-all
 SLOW_SCRIPTS = ("scripts/compare_foodpo_beta_scale.sh", "scripts/dpo/archive/verify_qwen_foodpo.sh",
-                "scripts/dpo/run_qwen_dpo_beta.sh", "scripts/debug_foodpo.sh")  # fmt: skip
+                "scripts/dpo/run_qwen_dpo_beta.sh", "scripts/debug_foodpo.sh", "scripts/test_qwen_dynamic_foodpo.sh")
 
 
 @pytest.mark.e2e

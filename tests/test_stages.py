@@ -39,7 +39,7 @@ def test_every_stage_trains_with_resumable_checkpoints():
     assert {name for name, stage in STAGES.items() if not stage.lean} == set(OWN_TRAINERS)
 
 
-@pytest.mark.parametrize("stage", ["pt", "rm", "kto"])
+@pytest.mark.parametrize("stage", [pytest.param("pt", marks=pytest.mark.slow), "rm", "kto"])  # pt: make test-all
 def test_unplanned_stage_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(stage, tmp_path, tiny_model):
     words = ["train", f"preset={stage}", f"model_name_or_path={tiny_model}", "template=qwen",
              f"dataset_dir={ROOT / 'data'}", "max_steps=4", "save_steps=2", "logging_steps=1",

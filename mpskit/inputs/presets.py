@@ -5,7 +5,9 @@ Plain files in, plain dicts out. Later layers win; the user's explicit values al
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import importlib.resources
 import os
 import re
@@ -52,12 +54,20 @@ _SafeLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(FLOAT), 
 
 
 def load_yaml(path: Path) -> dict:
+    """A YAML file of key: value lines, checked; parsed once per version of the file in a process (the
+    planner's searches read the same presets thousands of times), a copy each time."""
     path = Path(path)
     if not path.exists():
         raise MpskitError(f"{path} does not exist", "check the path")
     if not path.is_file() or path.stat().st_size > MAX_YAML_BYTES:
         what = "not a regular file" if not path.is_file() else f"larger than {MAX_YAML_BYTES // 1024} KB"
         raise MpskitError(f"cannot read {path} ({what})", "give a YAML file of key: value lines")
+    info = path.stat()
+    return copy.deepcopy(_parsed(path, info.st_mtime_ns, info.st_size))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(path: Path, mtime_ns: int, size: int) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
     except (PermissionError, UnicodeDecodeError) as err:
