@@ -211,3 +211,18 @@ def test_a_library_errors_line_names_a_setting_by_whole_word_and_a_data_error_it
     assert named_setting("lora_rank must divide the hidden size", args) == "lora_rank=8"
     assert named_setting("template qwen has no system turn", args) == "template=qwen"
     assert named_setting("Couldn't cast the column", args, "datasets") == "dataset=demo_sft (in /data)"
+
+
+def test_a_ctrl_c_at_any_moment_of_a_command_is_one_line(monkeypatch, capsys):
+    """Even while a summary or an error line prints (outside every handler of the command's own)."""
+    from mpskit import cli
+
+    def interrupted(argv):
+        try:
+            raise cli.MpskitError("a problem", "a fix")
+        except cli.MpskitError:
+            raise KeyboardInterrupt from None  # a second Ctrl-C while the first one's lines print
+
+    monkeypatch.setattr(cli, "_main", interrupted)
+    assert cli.main(["train"]) == 130
+    assert capsys.readouterr().err.strip() == "mpskit: interrupted"
