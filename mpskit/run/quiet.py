@@ -12,7 +12,9 @@ import contextlib
 import io
 import logging
 import os
+import re
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -21,10 +23,14 @@ VERBOSE_VARIABLE = "MPSKIT_VERBOSE"
 LIBRARIES = ("llamafactory", "transformers", "datasets", "accelerate", "peft", "trl", "huggingface_hub")
 LOG_FILE = "train.log"
 # Warnings that ask nothing of the user (train.log keeps them): fp32 is mpskit's choice where mixed
-# precision is slower or absent; LLaMA-Factory passes transformers' old `torch_dtype`; the tokenizer's
+# precision is slower or absent; upcast_layernorm is LLaMA-Factory's advice to every quantized run, a
+# setting the user may give; LLaMA-Factory passes transformers' old `torch_dtype`; the tokenizer's
 # special tokens are copied into the model's config, as they should be.
-NOISE = ("We recommend enable mixed precision training", "`torch_dtype` is deprecated",
-         "The tokenizer has new PAD/BOS/EOS tokens")  # fmt: skip
+NOISE = ("We recommend enable mixed precision training", "We recommend enable `upcast_layernorm`",
+         "`torch_dtype` is deprecated", "The tokenizer has new PAD/BOS/EOS tokens")  # fmt: skip
+# Python warnings of the same kind, off the screen (not kept): trl's own deprecation inside
+# LLaMA-Factory's DPO trainer.
+WARNINGS_NOISE = ("The `padding_value` property is deprecated",)
 
 
 def _not_noise(record: logging.LogRecord) -> bool:
@@ -103,6 +109,10 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
             datasets.disable_progress_bars()
             if not keep_progress_bar:  # a callback that does nothing
                 transformers.trainer.DEFAULT_PROGRESS_CALLBACK = transformers.trainer.PrinterCallback = TrainerCallback
+        if not verbose:
+            stack.enter_context(warnings.catch_warnings())
+            for message in WARNINGS_NOISE:
+                warnings.filterwarnings("ignore", message=re.escape(message))
         terminal = sys.stderr if verbose else None
         printed = [stream for stream in (terminal, log_file) if stream] or [stack.enter_context(open(os.devnull, "w"))]
         stack.enter_context(contextlib.redirect_stdout(_Tee(*printed)))
