@@ -84,7 +84,9 @@ class Resumable:
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.add_callback(_SeedLossSum(self))
+        # first of the callbacks, so that its clock starts with transformers' own (the monitor's and the
+        # others' on_train_begin take tens of ms, which the logged train_runtime counts)
+        self.callback_handler.callbacks.insert(0, _SeedLossSum(self))
 
     def _run_epoch(self, *args, **kwargs):
         if self.state.global_step >= self.state.max_steps > 0:  # resumed from the last step's checkpoint
