@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 from mpskit.errors import MpskitError
 from mpskit.rundir import cannot_write, writing
 
@@ -46,19 +48,9 @@ def clear_leftovers(out: Path) -> None:
             continue
         for path in map(Path, glob.glob(glob.escape(str(folder / f".{out.name}.partial-")) + "*")):
             number = path.name.rsplit("-", 1)[1]
-            if number.isdigit() and path.is_dir() and not path.is_symlink() and not _alive(int(number)):
+            if number.isdigit() and path.is_dir() and not path.is_symlink() and not psutil.pid_exists(int(number)):
                 shutil.rmtree(path)
                 print(f"mpskit: removed {path}, left by a writer of {out.name} that was killed", file=sys.stderr)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
 
 
 def move_into_place(partial: Path, out: Path) -> None:
