@@ -14,7 +14,7 @@ spell of the machine lands on every case, medians and spread over the rounds:
            training time a step (the trainer's train_runtime: evaluations included, in both) and the
            process's peak RSS (whole process, imports included, for both).
 
-    python bench/real.py [--only memory|quality|foodpo|engine] [--repeats 3] [--out FILE.json]
+    python bench/real.py [--only memory|quality|foodpo|engine] [--repeats 3] [--hardware cpu|detect] [--out FILE.json]
     python bench/real.py --replan FILE.json      (the memory table of saved runs against the current plans)
 
 Targets: memory median |error| <= 5%, maximum <= 12% (steps and evaluations apart); step time within 25%.
@@ -49,6 +49,7 @@ DATA = ROOT / "data"
 PRESET = "smollm2-135m"
 MEMORY_TARGETS = (0.05, 0.12)
 TIME_TARGET = 0.25
+HARDWARE = ["hardware=cpu"]  # the runs' hardware profile words; --hardware detect: none (the machine's own)
 SFT_STEPS = int(next(word for word in STAGE_WORDS["sft"] if word.startswith("max_steps=")).split("=")[1])
 
 
@@ -102,7 +103,7 @@ def case_words(case: Case, data: dict[str, Path], out: Path) -> list[str]:
         f"disable_gradient_checkpointing={str(not case.checkpointing).lower()}",
         f"per_device_eval_batch_size={case.eval_batch}", f"max_steps={case.steps}", "eval_strategy=steps",
         f"eval_steps={case.steps // 2}", "logging_steps=1", "save_strategy=no", "learning_rate=5e-4",
-        "hardware=cpu", "memory_budget_gb=1000", f"output_dir={out}",
+        *HARDWARE, "memory_budget_gb=1000", f"output_dir={out}",
     ]  # fmt: skip
     return words + (["quantization_bit=4"] if case.bits == 4 else [])
 
@@ -175,8 +176,7 @@ def losses(run_dir: Path, key: str) -> list[tuple[int, float]]:
 
 
 def train_demo_stage(words: list[str], out: Path) -> RunDir:
-    train_in_fresh_process([*words, f"output_dir={out}", "hardware=cpu"], f"bench run {words[0]}", f"see {out}",
-                           OFFLINE)  # fmt: skip
+    train_in_fresh_process([*words, f"output_dir={out}", *HARDWARE], f"bench run {words[0]}", f"see {out}", OFFLINE)
     return RunDir.open(out)
 
 
@@ -235,7 +235,7 @@ def run_engine(repeats: int, work: Path) -> dict:
     from mpskit.tools.demo import stage_words
 
     env = fresh_process_env(OFFLINE)
-    mpskit_cli = [sys.executable, "-m", "mpskit.cli", "train", *stage_words("sft"), "hardware=cpu"]
+    mpskit_cli = [sys.executable, "-m", "mpskit.cli", "train", *stage_words("sft"), *HARDWARE]
     plain_cli = [sys.executable, "-m", "llamafactory.cli", "train"]
     arms: dict[str, list[dict]] = {"mpskit": [], "llamafactory-cli": []}
     yaml = None  # the YAML of the first round's mpskit run, which runs first
@@ -264,9 +264,11 @@ def main() -> int:
     parser.add_argument("--only", choices=list(SECTIONS), action="append", help="one section (repeatable)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds (fooDPO: seeds), default 3")
     parser.add_argument("--out", help="write the figures as JSON here")
+    parser.add_argument("--hardware", default="cpu", help="hardware profile of the runs, or 'detect' (default: cpu)")
     parser.add_argument("--replan", metavar="FILE", help="no runs: the memory table of a saved --out file against "
                         "the current code's plans (after a change of the memory model's constants)")
     ns = parser.parse_args()
+    HARDWARE[:] = [] if ns.hardware == "detect" else [f"hardware={ns.hardware}"]
     if ns.replan:
         with tempfile.TemporaryDirectory(prefix="mpskit-bench-real-") as tmp:
             saved = json.loads(Path(ns.replan).read_text())["memory"]["cases"]
