@@ -102,7 +102,10 @@ LEAN_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 # input and output, q/k/v and the attention output, and the MLP's gate, up and their product.
 EVAL_LAYER_COPIES = {"hidden": 6, "ffn": 3}
 EVAL_LOGIT_COPIES = {"sft": 3, "dpo": 4}
-EVAL_LEAN_CHUNK_COPIES = 1  # without gradients: one chunk's float32 logits at its peak
+# Without gradients a chunk's float32 logits and their log-softmax are alive at once: a GPU's allocator
+# counts both (bench/real.py on an H200). On the CPU the figure was fitted together with the heap's share
+# above, and came out at one.
+EVAL_LEAN_CHUNK_COPIES = {"cpu": 1, "gpu": 2}
 
 # Bytes per quantized weight, measured on bitsandbytes 0.50.2's tensors (Qwen2.5-7B's layer shapes):
 # NF4 packs two weights a byte plus a block constant per 64 weights, itself 8-bit with a float32
@@ -347,8 +350,23 @@ def native_half(dims: ModelDims, knobs: Knobs) -> bool:
     return knobs.dtype == "fp32" and weight_width(dims, knobs) == 2
 
 
+def exact_bytes(dims: ModelDims, knobs: Knobs, device: str) -> bool:
+    """Whether the run's tensors cost just their bytes: CUDA's allocator counts them exactly
+    (max_memory_allocated), and a checkpoint stored in the compute dtype makes autocast keep no cast
+    copies of its weights. The calibrated factors cover a heap's rounding and fragmentation (the CPU)
+    and autocast's copies of a float32 checkpoint's weights (CUDA, bench/cuda_checks.sh)."""
+    return device == "cuda" and weight_width(dims, knobs) == DTYPE_BYTES[knobs.dtype]
+
+
+def weight_factor(dims: ModelDims, knobs: Knobs, device: str) -> float:
+    """Weights' and the other per-parameter parts' cost over their tensor bytes."""
+    return 1.0 if exact_bytes(dims, knobs, device) else WEIGHT_FACTOR
+
+
 def activation_factor(dims: ModelDims, knobs: Knobs, device: str) -> float:
     """Saved activations' cost over their tensor bytes (allocator rounding, tensors the count leaves out)."""
+    if exact_bytes(dims, knobs, device):
+        return 1.0
     cut = trimmed(knobs, device)
     if native_half(dims, knobs):
         return NATIVE_HALF_ACTIVATION_FACTOR[cut]
@@ -392,11 +410,12 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     # ZeRO-2 splits gradients and optimizer states over the processes, ZeRO-3 the weights as well.
     shard_states = knobs.world_size if knobs.zero_stage >= 2 else 1
     shard_weights = knobs.world_size if knobs.zero_stage >= 3 else 1
-    parts: dict[str, int] = {"weights": int(WEIGHT_FACTOR * weight_bytes(dims, knobs) / shard_weights)}
+    per_weight = weight_factor(dims, knobs, device)
+    parts: dict[str, int] = {"weights": int(per_weight * weight_bytes(dims, knobs) / shard_weights)}
 
     trainable = trainable_params(dims, knobs)
     # Trainable parameters are kept in float32 (LLaMA-Factory upcasts them).
-    per_parameter = WEIGHT_FACTOR * trainable
+    per_parameter = per_weight * trainable
     if knobs.finetuning == "lora":
         parts["lora weights"] = int(per_parameter * 4 / shard_weights)
     parts["gradients"] = int(per_parameter * 4 / shard_states)
@@ -475,7 +494,8 @@ def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, par
         layer += dequantized_bytes(dims, knobs)
     logit_buffer = tokens * dims.vocab * 4
     if lean_logits_apply(knobs, stage, dims):
-        logits = EVAL_LEAN_CHUNK_COPIES * min(LEAN_CHUNK_BYTES, logit_buffer) + tokens * dims.hidden * width
+        copies = EVAL_LEAN_CHUNK_COPIES["cpu" if device == "cpu" else "gpu"]
+        logits = copies * min(LEAN_CHUNK_BYTES, logit_buffer) + tokens * dims.hidden * width
     else:
         logits = EVAL_LOGIT_COPIES["dpo" if stage_of(stage).reference_model else "sft"] * logit_buffer
     moment = {"held-out logits": logits} if logits >= layer else {"held-out layer forward": layer}
