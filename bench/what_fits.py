@@ -1,4 +1,4 @@
-"""The README's "what fits on which Mac" table, from the planner (no training, no torch).
+"""The "what fits on which Mac" table of docs/memory-and-planner.md, from the planner (no training, no torch).
 
 For each hardware profile, stage and model: the largest cutoff_len (of 256, 512, ... 32768) for
 which the planner finds a setting that fits without lowering it. For Qwen2.5-0.5B and 1.5B with
@@ -9,7 +9,7 @@ For the 7B-14B models with both lean paths, in 16 bits where they fit and else i
 dtype, LoRA rank down to 4).
 
     python bench/what_fits.py            print the table
-    python bench/what_fits.py --write    replace the table in README.md
+    python bench/what_fits.py --write    replace the table in docs/memory-and-planner.md
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "memory-and-planner.md"
 sys.path.insert(0, str(ROOT))
 
 from mpskit.errors import MpskitError  # noqa: E402
@@ -69,22 +70,22 @@ def table() -> str:
     return "\n".join(lines)
 
 
-def replace_in(readme: Path, text: str) -> None:
-    content = readme.read_text(encoding="utf-8")
+def replace_in(page: Path, text: str) -> None:
+    content = page.read_text(encoding="utf-8")
     if START not in content or END not in content:
-        raise MpskitError(f"{readme} has no {START} ... {END} block", "add the two markers where the table goes")
+        raise MpskitError(f"{page} has no {START} ... {END} block", "add the two markers where the table goes")
     before, rest = content.split(START, 1)
     _, after = rest.split(END, 1)
-    readme.write_text(f"{before}{START}\n{text}\n{END}{after}", encoding="utf-8")
+    page.write_text(f"{before}{START}\n{text}\n{END}{after}", encoding="utf-8")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="replace the table in README.md")
+    parser.add_argument("--write", action="store_true", help="replace the table in docs/memory-and-planner.md")
     ns = parser.parse_args()
     text = table()
     if ns.write:
-        replace_in(ROOT / "README.md", text)
+        replace_in(PAGE, text)
     print(text)
     return 0
 

@@ -168,3 +168,10 @@ def test_mpskits_own_settings_are_read_by_name_only_in_their_homes():
         if name != "mpskit.inputs.resolve":
             named += [f"{name}:{key.lineno} {key.value}" for key in _keys_named(tree, choices, dict_keys=False)]
     assert named == []
+
+
+def test_the_layout_page_names_every_module():
+    """docs/layout.md is where a newcomer finds a module: each one in the package is named there."""
+    page = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    modules = sorted(path for path in (ROOT / "mpskit").rglob("*.py") if path.name != "__init__.py")
+    assert modules and [p.relative_to(ROOT) for p in modules if not re.search(rf"\b{re.escape(p.name)}\b", page)] == []

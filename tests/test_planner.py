@@ -285,7 +285,7 @@ def test_the_dtype_rule_on_every_apple_profile(profile, model, cutoff):
 def test_each_setting_of_mpskits_own_has_one_default_and_the_readme_states_it():
     """mpskit's own knobs default in one place (knobs.OwnKnobs), fooDPO's in another (FooDPOConfig), its
     other settings in a third (RunSettings): a RunSpec and a run that give none have them, and the
-    README's key table says each."""
+    key table in docs/usage.md says each."""
     import dataclasses
     import re
 
@@ -296,8 +296,8 @@ def test_each_setting_of_mpskits_own_has_one_default_and_the_readme_states_it():
 
     foodpo = {key: getattr(FooDPOConfig(), name) for key, name in FIELDS.items()}
     defaults = {**OWN_KEYS, **{f.name: f.default for f in dataclasses.fields(RunSettings)}, **foodpo}
-    readme = (ROOT / "README.md").read_text()
-    said = {key: re.search(rf"^\| `{key}` \| default (`[^`]+`|unset)", readme, re.M)[1] for key in defaults}
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    said = {key: re.search(rf"^\| `{key}` \| default (`[^`]+`|unset)", usage, re.M)[1] for key in defaults}
     words = {True: "`true`", False: "`false`", None: "unset"}
 
     def stated(value) -> str:
