@@ -2,8 +2,7 @@
 
 Everything about a knob lives here: its field in `Knobs`, the LLaMA-Factory keys that set it (and,
 when the user or the hardware profile sets any of them, pin it), how it is read from and written to
-those keys, where it sits in the give-up order with its floor, and how it is said in words. Adding a
-knob is one edit here plus its term in the memory model (memory.py).
+those keys, where it sits in the give-up order with its floor, and how it is said in words.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def _preset(kind: str, name: str, seen: tuple[str, ...] = ()) -> tuple[dict, dic
 
 
 def device_args(hw: Hardware, device: str) -> dict:
-    """What the device needs: loader settings and a dtype by the version rules (DESIGN.md)."""
+    """What the device needs: loader settings and a dtype by the device rules (docs/presets-and-settings.md)."""
     if device == "mps":
         fast_bf16 = bf16_is_fast(hw)
         return {"dataloader_num_workers": 0, "dataloader_pin_memory": False, "bf16": fast_bf16, "fp16": False}

@@ -1,7 +1,7 @@
 """What one training attempt runs: LLaMA-Factory's arguments and mpskit's own settings, one frozen value.
 
 mpskit's own keys arrive mixed with LLaMA-Factory's (a run file, words, the planner's knobs).
-`RunSpec.of` splits them once, checked: the lean paths' switches (knobs.OwnKnobs) and, for
+`RunSpec.of` splits them, checked: the lean paths' switches (knobs.OwnKnobs) and, for
 `stage: foodpo`, fooDPO's beta settings (foodpo.FooDPOConfig), each with its one default. From there
 two translations: `engine_args` is what LLaMA-Factory's `run_exp` receives, `yaml_args` and
 `record_args` are what the run folder keeps (llamafactory.yaml and the record's mpskit_args), from

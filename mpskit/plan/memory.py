@@ -22,8 +22,6 @@ from mpskit.stages import stage_of
 GB = 1024**3
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 CHECKPOINT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # config.json's names
-ATTENTION = ("sdpa", "eager")
-FINETUNING = ("lora", "full")
 
 # Calibrated on bench/memory_accuracy.py's 51 cases (CPU, float32, glibc malloc), minimising the
 # median plus the maximum relative error. Saved activations cost 1.51x their tensor bytes (many
@@ -264,7 +262,7 @@ def sequences_per_step(stage: str, batch: int) -> int:
 
 
 def attention_fused(attention: str, device: str) -> bool:
-    """Whether the b x heads x s x s probabilities are never saved (DESIGN.md: MPS SDPA is math)."""
+    """Whether the b x heads x s x s probabilities are never saved (MPS runs SDPA as its math path)."""
     return attention == "fa2" or (attention == "sdpa" and device in ("cpu", "cuda"))
 
 

@@ -274,7 +274,7 @@ def _print_summary(path: Path) -> None:
 
 
 def _summary(path: Path) -> list[str]:
-    """None where the run never trained, or its record cannot be read (the error that follows says why)."""
+    """No lines where the run never trained, or its record cannot be read (the error that follows says why)."""
     try:
         run = RunDir.open(path)
     except (MpskitError, OSError):
