@@ -9,7 +9,7 @@ For the 7B-14B models with both lean paths, in 16 bits where they fit and else i
 dtype, LoRA rank down to 4).
 
     python bench/what_fits.py            print the table
-    python bench/what_fits.py --write    replace the table in docs/memory-and-planner.md
+    python scripts/docs_tables.py        write it (and the key table) into the docs
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / "docs" / "memory-and-planner.md"
 sys.path.insert(0, str(ROOT))
 
-from mpskit.errors import MpskitError  # noqa: E402
 from mpskit.inputs.resolve import resolve  # noqa: E402
 from mpskit.plan.advice import plan_run  # noqa: E402
 
@@ -33,7 +31,6 @@ CUTOFFS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 PATHS = {"whole": (False, False, False), "lean logits": (True, False, False), "+ lean attention": (True, None, False)}
 COLUMNS = [(model, label, *path) for model in ("qwen2.5-0.5b", "qwen2.5-1.5b") for label, path in PATHS.items()]
 COLUMNS += [(model, "lean, 16 or 4-bit", True, None, True) for model in ("qwen2.5-7b", "qwen3-8b", "qwen2.5-14b")]
-START, END = "<!-- what-fits:start -->", "<!-- what-fits:end -->"
 
 
 def largest_fit(hardware: str, stage: str, model: str, lean_logits: bool, lean_attention: bool | None,
@@ -70,23 +67,9 @@ def table() -> str:
     return "\n".join(lines)
 
 
-def replace_in(page: Path, text: str) -> None:
-    content = page.read_text(encoding="utf-8")
-    if START not in content or END not in content:
-        raise MpskitError(f"{page} has no {START} ... {END} block", "add the two markers where the table goes")
-    before, rest = content.split(START, 1)
-    _, after = rest.split(END, 1)
-    page.write_text(f"{before}{START}\n{text}\n{END}{after}", encoding="utf-8")
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="replace the table in docs/memory-and-planner.md")
-    ns = parser.parse_args()
-    text = table()
-    if ns.write:
-        replace_in(PAGE, text)
-    print(text)
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    print(table())
     return 0
 
 

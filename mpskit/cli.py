@@ -4,66 +4,43 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import dataclasses
 import json
 import os
-import shlex
 import signal
 import sys
+import textwrap
 from pathlib import Path
 from typing import NoReturn
 
 from mpskit import __version__
-from mpskit.errors import Interrupted, MpskitError, NextRung, warn
+from mpskit.errors import Interrupted, MpskitError, NextRung
 from mpskit.run.quiet import VERBOSE_VARIABLE
 from mpskit.run.signals import STOP_SIGNALS
 from mpskit.self_command import mpskit_command
 from mpskit.temporary import install_sigterm_exit
 
-NOTHING_FITS = 3  # `mpskit plan`: the report is printed, and no setting fits
 
-USAGE_RUN = (
-    "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] "
-    "[-o FILE [--force]] [--json] [--probe] [-v]\n"
-    "mpskit train --resume [RUN_DIR]   continue a stopped or killed run from its last checkpoint\n"
-    "    (--rebuild-record: first a new run record from the run's written arguments, when it is damaged;\n"
-    "    dataset=PATH, eval_dataset=PATH: where its plain data files are now, if they moved)\n"
-    "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
-    "  preset (a stage preset under your settings), model_preset (configs/models), hardware\n"
-    "  (configs/hardware), device (auto|mps|cuda|cpu), run_name, memory_budget_gb (instead of the\n"
-    "  hardware's budget), min_cutoff_len (the planner's floor), oom_ladder (keep|adapt).\n"
-    "  dataset= may be a .jsonl/.json file or a folder with train.jsonl (and valid.jsonl).\n"
-    "  Batch size, accumulation, checkpointing, LoRA rank, cutoff_len, dtype and flash_attn left unset or\n"
-    "  set to `auto` are the planner's to choose; `mpskit plan` shows its choice.\n"
-    "  -v, --verbose: LLaMA-Factory's and transformers' own logs and progress bar on screen too (they are\n"
-    "  always in the run's train.log)."
-)
+def usage_run() -> str:
+    """`mpskit train|config|plan --help`; mpskit's own settings with their defaults, from their fields."""
+    from mpskit.inputs.settings_help import usage_words
 
-
-def _resolve_from_words(words: list[str], typed: bool = True):
-    """The run the words describe, and -o's file. `typed`: word values typed as llamafactory-cli types
-    them (lf.typed_words); `plan` reads them as YAML scalars, which gives the same numbers."""
-    from mpskit.inputs.resolve import resolve
-    from mpskit.inputs.run_words import read_run_words
-
-    given = read_run_words(words)
-    if typed and given.word_texts:
-        from mpskit.engine import lf
-
-        given.values.update(lf.typed_words(given.word_texts))
-    return resolve(given.values, hardware=given.hardware, run_file=bool(given.run_file)), given.output
-
-
-def _note_device_problems(run) -> None:
-    """`config` and `plan` write and plan options the run's device cannot run, with a note; `train`
-    refuses them there (checks.check_device)."""
-    from mpskit.inputs.quantization import device_problems
-    from mpskit.inputs.resolve import cuda_only
-
-    for problem in cuda_only(run.args, run.device):
-        warn(f"{problem}: this config is for a CUDA machine")
-    for problem, fix in device_problems(run.args, run.device, run.hardware):
-        warn(f"{problem} ({fix})")
+    return (
+        "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] "
+        "[-o FILE [--force]] [--json] [--probe] [-v]\n"
+        "mpskit train --resume [RUN_DIR]   continue a stopped or killed run from its last checkpoint\n"
+        "    (--rebuild-record: first a new run record from the run's written arguments, when it is damaged;\n"
+        "    dataset=PATH, eval_dataset=PATH: where its plain data files are now, if they moved)\n"
+        "  RUN.yaml and the key=value words are what `llamafactory-cli train` accepts, plus mpskit's keys:\n"
+        + textwrap.fill("preset (a stage preset under your settings), model_preset (configs/models), hardware "
+                        f"(configs/hardware), device (auto|mps|cuda|cpu), run_name, and its settings: {usage_words()}.",
+                        100, initial_indent="  ", subsequent_indent="  ")  # fmt: skip
+        + "\n"
+        "  dataset= may be a .jsonl/.json file or a folder with train.jsonl (and valid.jsonl).\n"
+        "  Batch size, accumulation, checkpointing, LoRA rank, cutoff_len, dtype and flash_attn left unset or\n"
+        "  set to `auto` are the planner's to choose; `mpskit plan` shows its choice. Every key: docs/usage.md.\n"
+        "  -v, --verbose: LLaMA-Factory's and transformers' own logs and progress bar on screen too (they are\n"
+        "  always in the run's train.log)."
+    )
 
 
 def cmd_detect(ns: argparse.Namespace) -> int:
@@ -107,78 +84,15 @@ def cmd_ls(ns: argparse.Namespace) -> int:
 
 
 def cmd_config(words: list[str]) -> int:
-    from mpskit.engine import lf
-    from mpskit.inputs.knobs import OWN_KEYS
-    from mpskit.inputs.optional_packages import missing_packages
-    from mpskit.inputs.plain_data import registration_folder
-    from mpskit.recipes.changes import say_changes
-    from mpskit.recipes.checks import prepare
-    from mpskit.rundir import cannot_write, check_file_target, new_run_dir, writing
+    from mpskit.recipes.config import write_config
 
-    force = "--force" in words
-    run, output = _resolve_from_words([word for word in words if word != "--force"])
-    _note_device_problems(run)
-    if output:
-        check_file_target(Path(output), force)
-    run, _ = prepare(run, need_weights=False)
-    lf.check_keys(run.args, lf.key_names())
-    lf.check_template(run.args)  # the rows through LLaMA-Factory's converter: at `mpskit train` (it imports torch)
-    for problem, fix in missing_packages(run.args):  # a config may be written for another machine
-        warn(f"{problem} here ({fix})")
-    args = dict(run.args)
-    if run.datasets:  # the checks' registration goes at exit: the YAML names one that stays
-        args["dataset_dir"] = str(registration_folder(run.datasets, run.data_files, keep=True))
-        warn(f"dataset_dir {args['dataset_dir']} registers the plain data files for this YAML (delete it when "
-             "done); mpskit train registers them in the run folder itself")  # fmt: skip
-    args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))
-    say_changes(run, args)
-    if output:
-        with writing(Path(output), "-o", "mpskit config"):
-            check_file_target(Path(output), force)  # again, under the lock: another writer may have been first
-            try:
-                lf.write_yaml(args, output)
-            except OSError as err:
-                raise cannot_write(Path(output), err, "-o") from None
-        print(f"mpskit: wrote {output}", file=sys.stderr)
-        own = [f"{key}={str(args[key]).lower()}" for key in OWN_KEYS if key in run.pinned and key in args]
-        own += [f"{f.name}={str(getattr(run.settings, f.name)).lower()}" for f in dataclasses.fields(run.settings)
-                if getattr(run.settings, f.name) != f.default]  # fmt: skip
-        if own:  # llamafactory-cli would refuse them in the file, so they are not there
-            words = " ".join(own)
-            warn(f"{words}: mpskit's own keys, not in {output}; give them again: mpskit train {output} {words}")
-    else:
-        print(lf.yaml_text(args), end="")
-    return 0
+    return write_config(words)
 
 
 def cmd_plan(words: list[str]) -> int:
-    """The memory plan for a run and how long it takes; no torch import, so it answers at once (with
-    --probe, after timing a few real steps). Exit code 3 when no setting fits, so scripts can tell."""
-    from mpskit.engine import lf
-    from mpskit.inputs.dataset_checks import check_datasets
-    from mpskit.plan.advice import plan_duration, plan_run
-    from mpskit.plan.plan_report import plan_as_dict, plan_lines
-    from mpskit.plan.probe import check_probe_machine, probe
+    from mpskit.recipes.planning import show_plan
 
-    as_json, probing = "--json" in words, "--probe" in words
-    words = [w for w in words if w not in ("--json", "--probe")]
-    run, _ = _resolve_from_words(words, typed=False)
-    _note_device_problems(run)
-    lf.check_keys(run.args, lf.key_names())
-    check_datasets(run.args, rows=False)  # names and stage as train checks them; rows only there
-    if probing:
-        check_probe_machine(run.hardware)
-    memory_plan = plan_run(run)
-    duration = plan_duration(run, memory_plan)
-    timed = probe(words, memory_plan, run.world_size) if probing and memory_plan.fits else None
-    if probing and not memory_plan.fits:
-        print("mpskit: no probe: no setting fits", file=sys.stderr)
-    if as_json:
-        print(json.dumps(plan_as_dict(run, memory_plan, duration, timed), indent=2))
-    else:
-        command = shlex.join(["mpskit", "plan", *words, "--probe"])
-        print("\n".join(plan_lines(run, memory_plan, duration, timed, command)))
-    return 0 if memory_plan.fits else NOTHING_FITS
+    return show_plan(words)
 
 
 def cmd_train(words: list[str]) -> int:
@@ -193,7 +107,9 @@ def cmd_train(words: list[str]) -> int:
                               "mpskit train --resume [RUN_DIR] [dataset=NEWPATH]")  # fmt: skip
         resume(folders[0] if folders else None, rebuild="--rebuild-record" in words, data=data)
         return 0
-    run, _ = _resolve_from_words(words)  # a typo is answered before the libraries load (seconds)
+    from mpskit.recipes.from_words import resolve_from_words
+
+    run, _ = resolve_from_words(words)  # a typo is answered before the libraries load (seconds)
     from mpskit.recipes.train import train
 
     train(run, command=["mpskit", "train", *words])
@@ -308,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("config", "write the LLaMA-Factory YAML for a run (-o FILE, or stdout)"),
         ("train", "train through LLaMA-Factory's run_exp; writes output/<run>/<timestamp>/"),
     ):
-        p = sub.add_parser(name, help=helptext, usage=USAGE_RUN, add_help=False)
+        p = sub.add_parser(name, help=helptext, usage=usage_run(), add_help=False)
         p.add_argument("words", nargs=argparse.REMAINDER)
     sub.add_parser("ls", help="list the stage, model and hardware presets with their descriptions")
     p = sub.add_parser("chat", help="chat with a run's adapter (default: the newest run) through LLaMA-Factory")
@@ -377,7 +293,7 @@ def _main(argv: list[str] | None) -> int:
         argv = [word for word in argv if word not in ("-v", "--verbose")]
     run_commands = {"plan": cmd_plan, "config": cmd_config, "train": cmd_train}
     if argv[:1] and argv[0] in run_commands and any(w in ("-h", "--help") for w in argv[1:]):
-        print("usage: " + USAGE_RUN)
+        print("usage: " + usage_run())
         return 0
     handlers = {
         "detect": cmd_detect,

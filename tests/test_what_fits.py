@@ -4,15 +4,21 @@ import sys
 
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "scripts")]
 
+import docs_tables  # noqa: E402
 import what_fits  # noqa: E402
 
 
 def test_the_table_is_the_planners():
-    page = what_fits.PAGE.read_text(encoding="utf-8")
-    block = page.split(what_fits.START, 1)[1].split(what_fits.END, 1)[0].strip()
-    assert block == what_fits.table(), "run: python bench/what_fits.py --write"
+    assert docs_tables.block("what-fits") == what_fits.table(), "run: python scripts/docs_tables.py"
+
+
+def test_the_key_table_is_the_settings_fields():
+    """mpskit's own settings carry their default and help on their fields; docs/usage.md's table is made of them."""
+    from mpskit.inputs.settings_help import key_table
+
+    assert docs_tables.block("key-table") == key_table(), "run: python scripts/docs_tables.py"
 
 
 def test_lean_logits_fit_dpo_at_2048_on_a_16_gb_mac():

@@ -11,7 +11,7 @@ No torch here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mpskit.errors import MpskitError
 from mpskit.inputs.validate import check_value
@@ -26,10 +26,13 @@ NO_REFERENCE_LOSSES = ("orpo", "simpo")
 class FooDPOConfig:
     """fooDPO's settings, each with its one default."""
 
-    pref_beta_scale: float = 0.0  # 0: every beta is pref_beta, i.e. LLaMA-Factory's DPO
-    beta_min: float | None = None  # clamps of the per-example beta; None: unclamped
-    beta_max: float | None = None
-    ppl_source: str = "policy"  # whose perplexity scales beta: policy or reference
+    pref_beta_scale: float = field(default=0.0, metadata={"help": (
+        "`stage: foodpo` only, the scale of fooDPO's per-example beta; `0` is LLaMA-Factory's DPO "
+        "(see [fooDPO](foodpo.md))")})  # fmt: skip
+    beta_min: float | None = field(default=None, metadata={"help": "no lower clamp of fooDPO's beta"})
+    beta_max: float | None = field(default=None, metadata={"help": "no upper clamp of fooDPO's beta"})
+    ppl_source: str = field(default="policy", metadata={"help": (
+        "whose prompt perplexity scales beta; `reference`: the reference model's")})  # fmt: skip
 
 
 # the run file's key -> FooDPOConfig's field

@@ -8,7 +8,7 @@ those keys, where it sits in the give-up order with its floor, and how it is sai
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from mpskit.errors import MpskitError
@@ -59,8 +59,12 @@ class OwnKnobs:
     """mpskit's own knobs, each with its one default: the record's mpskit_args keep them, never the
     YAML (llamafactory-cli would refuse them)."""
 
-    lean_logits: bool = True  # next-token log-probabilities in chunks, wherever the stage and model allow
-    lean_attention: bool | None = None  # None: auto, on wherever the planner finds attention materialised
+    lean_logits: bool = field(default=True, metadata={"help": (
+        "next-token log-probabilities in chunks wherever the stage and model allow; `false`: the whole logits "
+        "(a knob: recorded in `mpskit.json`, never in `llamafactory.yaml`)")})  # fmt: skip
+    lean_attention: bool | None = field(default=None, metadata={"help": (
+        "the planner turns it on wherever attention would be materialised; `true` or `false` pins it (a knob, "
+        "recorded like `lean_logits`)")})  # fmt: skip
 
 
 OWN_KEYS = {item.name: item.default for item in fields(OwnKnobs)}

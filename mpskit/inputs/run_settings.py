@@ -5,7 +5,7 @@ lean_logits and lean_attention, live with the other knobs: knobs.OWN_KEYS.)"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mpskit.errors import MpskitError
 from mpskit.inputs.knobs import DEFAULT_CUTOFF_FLOOR, OOM_LADDER
@@ -14,10 +14,15 @@ from mpskit.inputs.validate import check_value
 
 @dataclass(frozen=True)
 class RunSettings:
-    memory_budget_gb: float | None = None  # the memory the run may add; None: what the hardware gives
-    min_cutoff_len: int = DEFAULT_CUTOFF_FLOOR  # how far the planner and the ladder may shorten cutoff_len
-    oom_ladder: str | None = None  # keep | adapt | None: LoRA rank and cutoff_len move only where left free
-    keep_awake: bool = True  # on macOS, caffeinate for the life of the run
+    memory_budget_gb: float | None = field(default=None, metadata={"help": (
+        "the budget the hardware gives; a number: the memory the run may add")})  # fmt: skip
+    min_cutoff_len: int = field(default=DEFAULT_CUTOFF_FLOOR, metadata={"help": (
+        "how far the planner (and the out-of-memory ladder) may shorten `cutoff_len` when nothing fits")})  # fmt: skip
+    oom_ladder: str | None = field(default=None, metadata={"help": (
+        "an out-of-memory error changes LoRA rank or `cutoff_len` only where you left them free; `keep`: never; "
+        "`adapt`: even where you wrote them")})  # fmt: skip
+    keep_awake: bool = field(default=True, metadata={"help": (
+        "on macOS the Mac stays awake while the run trains (`caffeinate`); `false` lets it sleep")})  # fmt: skip
 
 
 def read_run_settings(own: dict) -> RunSettings:

@@ -1,6 +1,6 @@
-"""What `mpskit train` does, end to end: every check before a run folder exists (which `mpskit config`
-shares: the command line writes its YAML), then the run folder written and trained (also --resume and
-each torchrun rank).
+"""What `mpskit train`, `config` and `plan` do, end to end: the run their words describe, every check
+before a run folder exists (which `config` shares), then the run folder written and trained (also
+--resume and each torchrun rank); `config` writes the YAML instead, `plan` shows the plan.
 
 Torch: none at module level.
 

@@ -1,0 +1,51 @@
+"""The docs' generated tables, written into their pages between their markers: the key table of
+docs/usage.md (mpskit's own settings, from their fields: mpskit/inputs/settings_help.py) and the
+what-fits table of docs/memory-and-planner.md (bench/what_fits.py, from the planner). A test holds
+each page to its table.
+
+    python scripts/docs_tables.py      rewrite both
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+import what_fits  # noqa: E402
+
+from mpskit.errors import MpskitError  # noqa: E402
+from mpskit.inputs.settings_help import key_table  # noqa: E402
+
+TABLES = {"key-table": (ROOT / "docs" / "usage.md", key_table),
+          "what-fits": (ROOT / "docs" / "memory-and-planner.md", what_fits.table)}  # fmt: skip
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def block(name: str) -> str:
+    """The table as its page holds it now."""
+    page, _ = TABLES[name]
+    start, end = markers(name)
+    content = page.read_text(encoding="utf-8")
+    if start not in content or end not in content:
+        raise MpskitError(f"{page} has no {start} ... {end} block", "add the two markers where the table goes")
+    return content.split(start, 1)[1].split(end, 1)[0].strip()
+
+
+def write(name: str) -> None:
+    page, make = TABLES[name]
+    start, end = markers(name)
+    old = block(name)
+    content = page.read_text(encoding="utf-8")
+    page.write_text(content.replace(f"{start}\n{old}\n{end}", f"{start}\n{make()}\n{end}"), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    for table_name in TABLES:
+        write(table_name)
+        print(f"wrote the {table_name} table in {TABLES[table_name][0].relative_to(ROOT)}")
