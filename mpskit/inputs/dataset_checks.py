@@ -8,6 +8,7 @@ LLaMA-Factory will); other formats, folders and hub datasets are left to LLaMA-F
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -18,13 +19,13 @@ from mpskit.stages import stage_of
 NOT_A_FILE = "which is not a regular file (a FIFO, a device, a socket)"
 
 
+def split_names(value) -> list[str]:
+    """The names of a `dataset` or `eval_dataset` value, as LLaMA-Factory splits them."""
+    return [name.strip() for name in str(value or "").split(",") if name.strip()]
+
+
 def dataset_names(args: dict) -> list[str]:
-    return [
-        name.strip()
-        for key in ("dataset", "eval_dataset")
-        for name in str(args.get(key) or "").split(",")
-        if name.strip()
-    ]
+    return [*split_names(args.get("dataset")), *split_names(args.get("eval_dataset"))]
 
 
 def check_datasets(args: dict, rows: bool = True) -> None:
@@ -173,7 +174,7 @@ def training_rows(args: dict) -> int | None:
     """Rows of the training datasets (max_samples applies to each, as in LLaMA-Factory), before
     val_size; None when one is not a local JSON or JSON Lines file this can read."""
     dataset_dir = Path(str(args.get("dataset_dir", "data")))
-    names = [name.strip() for name in str(args.get("dataset") or "").split(",") if name.strip()]
+    names = split_names(args.get("dataset"))
     total = 0
     try:
         info = json.loads((dataset_dir / "dataset_info.json").read_text(encoding="utf-8"))
@@ -224,9 +225,17 @@ def required_columns(entry: dict, stage: str) -> list[str]:
 
 def read_rows(path: Path) -> list:
     """A .json file's list of rows, or a .jsonl file's rows (a .json file of JSON Lines too, and a
-    byte-order mark before either: LLaMA-Factory's loader reads them so)."""
+    byte-order mark before either: LLaMA-Factory's loader reads them so). Parsed once per version of
+    the file in a process (a command's checks, shapes, token lengths and counts all read it); the
+    rows are shared, so callers read them and change none."""
     if not path.is_file():  # reading a FIFO would wait for a writer
         raise MpskitError(f"{path}, {NOT_A_FILE}", "give a .json or .jsonl file")
+    info = path.stat()
+    return _read_rows(path, info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_rows(path: Path, mtime_ns: int, size: int) -> list:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:

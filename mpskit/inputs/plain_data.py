@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.inputs.data_shapes import DEFAULT_STAGE, for_stage, read_shape
-from mpskit.inputs.dataset_checks import NOT_A_FILE, read_rows
+from mpskit.inputs.dataset_checks import NOT_A_FILE, read_rows, split_names
 from mpskit.rundir import DATASET_INFO, write_atomic
 from mpskit.stages import stage_of
 from mpskit.temporary import private_folder
@@ -34,14 +34,10 @@ def _is_path(name: str) -> bool:
     return name.endswith(SUFFIXES) or os.sep in name or Path(name).expanduser().exists()
 
 
-def _split_names(value) -> list[str]:
-    return [name.strip() for name in str(value or "").split(",") if name.strip()]
-
-
 def named_data(value) -> set[str]:
     """What a dataset=/eval_dataset= value names: dataset names as they are, files and folders as
     absolute paths."""
-    return {str(Path(name).expanduser().absolute()) if _is_path(name) else name for name in _split_names(value)}
+    return {str(Path(name).expanduser().absolute()) if _is_path(name) else name for name in split_names(value)}
 
 
 def _split_file(folder: Path, names: tuple[str, ...]) -> Path | None:
@@ -94,7 +90,7 @@ def register_plain_data(user: dict, stage: str | None) -> tuple[dict, dict, dict
     names. Each file is read as its shape (data_shapes.py) as STAGE trains it; with no stage, the
     stage follows the training data and is set in the settings. A folder's valid file is the
     eval_dataset unless the user gives one or a val_size."""
-    given = {key: _split_names(user.get(key)) for key in ("dataset", "eval_dataset")}
+    given = {key: split_names(user.get(key)) for key in ("dataset", "eval_dataset")}
     paths = {key: [name for name in names if _is_path(name)] for key, names in given.items()}
     if not any(paths.values()):
         return user, {}, {}
@@ -175,7 +171,7 @@ def moved_to(entries: dict, rows: dict, args: dict, new_paths: dict[str, str], r
     run reads checked to be there."""
     entries = {name: dict(entry) for name, entry in entries.items()}
     for key, value in new_paths.items():
-        names, paths = _split_names(args.get(key)), _split_names(value)
+        names, paths = split_names(args.get(key)), split_names(value)
         if not entries or not names:
             raise MpskitError(f"{key}={value}: the run {run} reads no plain data file as {key}",
                               f"resume it as it is: mpskit train --resume {run}")  # fmt: skip
@@ -190,7 +186,7 @@ def moved_to(entries: dict, rows: dict, args: dict, new_paths: dict[str, str], r
             path = Path(given).expanduser().absolute()
             entries[name]["file_name"] = _same_data(path, entries[name], rows.get(name), str(args.get("stage", "sft")))
     for key in ("dataset", "eval_dataset"):
-        for name in _split_names(args.get(key)):
+        for name in split_names(args.get(key)):
             gone = entries.get(name, {}).get("file_name")
             if gone and Path(gone).is_absolute() and not Path(gone).is_file():
                 fix = f"resume with it where it is now: mpskit train --resume {run} {key}=NEWPATH"

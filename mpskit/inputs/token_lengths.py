@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.dataset_checks import read_rows
+from mpskit.inputs.dataset_checks import read_rows, split_names
 from mpskit.stages import stage_of
 
 SAMPLE_ROWS = 500  # rows tokenized from a larger set, evenly spaced: their mean is within a few %
@@ -142,7 +142,7 @@ Conversation = tuple[tuple[str, ...], list[str], list[str]]  # roles, texts of t
 def _training_conversations(args: dict, stage: str) -> list[Conversation] | str:
     """Every training row as roles and texts, or why they cannot be read here."""
     dataset_dir = Path(str(args.get("dataset_dir", "data")))
-    names = [name.strip() for name in str(args.get("dataset") or "").split(",") if name.strip()]
+    names = split_names(args.get("dataset"))
     try:
         info = json.loads((dataset_dir / "dataset_info.json").read_text(encoding="utf-8"))
         conversations = []
