@@ -61,7 +61,7 @@ class OwnKnobs:
 
     lean_logits: bool = field(default=True, metadata={"help": (
         "next-token log-probabilities in chunks wherever the stage and model allow; `false`: the whole logits "
-        "(a knob: recorded in `mpskit.json`, never in `llamafactory.yaml`)")})  # fmt: skip
+        "(a knob: kept in the run's record, never in the YAML LLaMA-Factory reads)")})  # fmt: skip
     lean_attention: bool | None = field(default=None, metadata={"help": (
         "the planner turns it on wherever attention would be materialised; `true` or `false` pins it (a knob, "
         "recorded like `lean_logits`)")})  # fmt: skip
