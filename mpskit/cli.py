@@ -219,12 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--hardware", help="profile name in configs/hardware or a YAML file ($MPSKIT_HARDWARE)")
         if name == "detect":
             p.add_argument("--json", action="store_true")
+    usage = usage_run()
     for name, helptext in (
         ("plan", "memory, budget, the fastest setting that fits and how long it takes (--json, --probe)"),
         ("config", "write the LLaMA-Factory YAML for a run (-o FILE, or stdout)"),
         ("train", "train through LLaMA-Factory's run_exp; writes output/<run>/<timestamp>/"),
     ):
-        p = sub.add_parser(name, help=helptext, usage=usage_run(), add_help=False)
+        p = sub.add_parser(name, help=helptext, usage=usage, add_help=False)
         p.add_argument("words", nargs=argparse.REMAINDER)
     sub.add_parser("ls", help="list the stage, model and hardware presets with their descriptions")
     p = sub.add_parser("chat", help="chat with a run's adapter (default: the newest run) through LLaMA-Factory")

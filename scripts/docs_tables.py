@@ -40,9 +40,10 @@ def block(name: str) -> str:
 def write(name: str) -> None:
     page, make = TABLES[name]
     start, end = markers(name)
-    old = block(name)
-    content = page.read_text(encoding="utf-8")
-    page.write_text(content.replace(f"{start}\n{old}\n{end}", f"{start}\n{make()}\n{end}"), encoding="utf-8")
+    block(name)  # the markers are there
+    before, rest = page.read_text(encoding="utf-8").split(start, 1)
+    after = rest.split(end, 1)[1]
+    page.write_text(f"{before}{start}\n{make()}\n{end}{after}", encoding="utf-8")
 
 
 if __name__ == "__main__":

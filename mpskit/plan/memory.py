@@ -202,9 +202,14 @@ def dims_from_mapping(data: dict) -> ModelDims:
                      checkpoint_dtype=checkpoint_dtype, model_type=data.get("model_type"))  # fmt: skip
 
 
+def allocator(device: str) -> str:
+    """Whose memory the figures keyed by device describe: the CPU's heap, or a GPU's (MPS, CUDA)."""
+    return "cpu" if device == "cpu" else "gpu"
+
+
 def attention_block_bytes(device: str) -> int:
     """The byte budget of one block of lean attention's float32 scores on this device."""
-    return LEAN_ATTENTION_BLOCK_BYTES["cpu" if device == "cpu" else "gpu"]
+    return LEAN_ATTENTION_BLOCK_BYTES[allocator(device)]
 
 
 def lean_logits_apply(knobs: Knobs, stage: str, dims: ModelDims) -> bool:
@@ -457,7 +462,7 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     kept = heap_kept(dims, knobs, tokens) if device == "cpu" else 0
     if kept:
         parts["heap kept (CPU)"] = kept
-    parts["overhead"] = RUN_OVERHEAD_BYTES["cpu" if device == "cpu" else "gpu"]
+    parts["overhead"] = RUN_OVERHEAD_BYTES[allocator(device)]
     return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES), loading=loading_peak(dims, knobs, parts, device),
                     eval_parts=evaluation_parts(dims, knobs, stage, device, parts))  # fmt: skip
 
@@ -492,8 +497,8 @@ def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, par
         layer += dequantized_bytes(dims, knobs)
     logit_buffer = tokens * dims.vocab * 4
     if lean_logits_apply(knobs, stage, dims):
-        copies = EVAL_LEAN_CHUNK_COPIES["cpu" if device == "cpu" else "gpu"]
-        logits = copies * min(LEAN_CHUNK_BYTES, logit_buffer) + tokens * dims.hidden * width
+        chunk = min(LEAN_CHUNK_BYTES, logit_buffer)
+        logits = EVAL_LEAN_CHUNK_COPIES[allocator(device)] * chunk + tokens * dims.hidden * width
     else:
         logits = EVAL_LOGIT_COPIES["dpo" if stage_of(stage).reference_model else "sft"] * logit_buffer
     moment = {"held-out logits": logits} if logits >= layer else {"held-out layer forward": layer}
