@@ -31,7 +31,7 @@ def main() -> int:
         return 2
 
     from mpskit.engine.foodpo_trainer import build_dpo_trainer
-    from mpskit.inputs.foodpo import FooDPOConfig
+    from mpskit.settings.foodpo import FooDPOConfig
 
     args = {
         "model_name_or_path": opts.model, "template": "qwen", "stage": "dpo", "do_train": True,

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from memory_accuracy import MODELS  # noqa: E402
 
-from mpskit.inputs.hardware import load_hardware  # noqa: E402
+from mpskit.machine.hardware import load_hardware  # noqa: E402
 from mpskit.plan.measure import Case, measure, write_long_data  # noqa: E402
 from mpskit.plan.memory import dims_from_mapping  # noqa: E402
 from mpskit.plan.planner import plan  # noqa: E402

@@ -35,13 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mpskit.inputs.resolve import resolve  # noqa: E402
-from mpskit.inputs.run_words import read_run_words  # noqa: E402
 from mpskit.plan.advice import plan_duration, plan_run  # noqa: E402
 from mpskit.plan.duration import steady_step_s  # noqa: E402
 from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
 from mpskit.plan.memory import GB  # noqa: E402
 from mpskit.rundir import RunDir  # noqa: E402
+from mpskit.settings.resolve import resolve  # noqa: E402
+from mpskit.settings.run_words import read_run_words  # noqa: E402
 from mpskit.tools.demo import STAGE_WORDS  # noqa: E402
 from mpskit.tools.get_model import model_folder  # noqa: E402
 

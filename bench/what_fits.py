@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mpskit.inputs.resolve import resolve  # noqa: E402
 from mpskit.plan.advice import plan_run  # noqa: E402
+from mpskit.settings.resolve import resolve  # noqa: E402
 
 PROFILES = ("m1-8gb", "m1-pro-16gb", "m2-max-32gb", "m3-max-64gb", "m4-max-128gb", "cpu", "cuda-24gb")
 STAGES = {"sft": "sft", "dpo / foodpo": "dpo"}  # fooDPO's memory is DPO's

@@ -22,7 +22,7 @@ from mpskit.temporary import install_sigterm_exit
 
 def usage_run() -> str:
     """`mpskit train|config|plan --help`; mpskit's own settings with their defaults, from their fields."""
-    from mpskit.inputs.settings_help import usage_words
+    from mpskit.settings.settings_help import usage_words
 
     return (
         "mpskit {train,config,plan} [RUN.yaml] [key=value | --key value ...] [--hardware NAME|FILE] "
@@ -44,7 +44,7 @@ def usage_run() -> str:
 
 
 def cmd_detect(ns: argparse.Namespace) -> int:
-    from mpskit.inputs.hardware import describe, select_hardware
+    from mpskit.machine.hardware import describe, select_hardware
 
     hw = select_hardware(ns.hardware, probe_torch=True)
     if ns.json:
@@ -56,8 +56,8 @@ def cmd_detect(ns: argparse.Namespace) -> int:
 
 
 def cmd_env(ns: argparse.Namespace) -> int:
-    from mpskit.inputs.hardware import hardware_notes, select_hardware
-    from mpskit.inputs.mps_env import export_lines
+    from mpskit.machine.hardware import hardware_notes, select_hardware
+    from mpskit.machine.mps_env import export_lines
 
     hw = select_hardware(ns.hardware)
     for note in hardware_notes(hw):
@@ -67,7 +67,7 @@ def cmd_env(ns: argparse.Namespace) -> int:
 
 
 def cmd_ls(ns: argparse.Namespace) -> int:
-    from mpskit.inputs.presets import PRESET_KINDS, config_dir, preset_descriptions
+    from mpskit.presets import PRESET_KINDS, config_dir, preset_descriptions
 
     print(f"presets in {config_dir()} (MPSKIT_CONFIG_DIR to use your own folder)")
     for kind in PRESET_KINDS:

@@ -1,5 +1,7 @@
 """The error types users see: a problem and its fix, printed as one line with exit code 2 (1 for a run
-that failed after it began training)."""
+that failed after it began training), and the one line for a value that is not the number it must be."""
+
+import math
 
 
 class MpskitError(Exception):
@@ -43,3 +45,23 @@ def warn(message: str) -> None:
     import sys
 
     print(f"mpskit: warning: {message}", file=sys.stderr)
+
+
+def _describe(kind: str, low, high) -> str:
+    if kind == "positive":
+        return f"a finite number above {low:g}"
+    what = "a whole number" if kind == "int" else "a finite number"
+    return f"{what} from {low} to {high}" if high is not None else f"{what} of at least {low}"
+
+
+def in_range(value, kind: str, low, high=None) -> bool:
+    """A finite number of that kind within [low, high] ("positive": above low)."""
+    is_number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_number and (kind != "int" or isinstance(value, int))
+    return ok and (value > low if kind == "positive" else value >= low) and (high is None or value <= high)
+
+
+def check_number(where: str, value, kind: str, low, high=None, fix: str = "set it to such a value") -> None:
+    """One line naming `where` (a key, or a profile's field) when `value` is not such a number."""
+    if not in_range(value, kind, low, high):
+        raise MpskitError(f"{where}={value!r} is not {_describe(kind, low, high)}", fix)

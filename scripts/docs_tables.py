@@ -1,5 +1,5 @@
 """The docs' generated tables, written into their pages between their markers: the key table of
-docs/usage.md (mpskit's own settings, from their fields: mpskit/inputs/settings_help.py) and the
+docs/usage.md (mpskit's own settings, from their fields: mpskit/settings/settings_help.py) and the
 what-fits table of docs/memory-and-planner.md (bench/what_fits.py, from the planner). A test holds
 each page to its table.
 
@@ -17,7 +17,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import what_fits  # noqa: E402
 
 from mpskit.errors import MpskitError  # noqa: E402
-from mpskit.inputs.settings_help import key_table  # noqa: E402
+from mpskit.settings.settings_help import key_table  # noqa: E402
 
 TABLES = {"key-table": (ROOT / "docs" / "usage.md", key_table),
           "what-fits": (ROOT / "docs" / "memory-and-planner.md", what_fits.table)}  # fmt: skip

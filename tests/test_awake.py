@@ -51,7 +51,7 @@ def test_keep_awake_false_starts_no_caffeinate(tmp_path, tiny_model):
 
 def test_keep_awake_must_be_a_switch():
     from mpskit.errors import MpskitError
-    from mpskit.inputs.resolve import resolve
+    from mpskit.settings.resolve import resolve
 
     with pytest.raises(MpskitError, match="keep_awake='sometimes' is not true or false"):
         resolve({"stage": "sft", "model_preset": "tiny", "keep_awake": "sometimes"}, hardware="cpu")

@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.presets import load_yaml, merge
-from mpskit.inputs.resolve import PLANNER_KEYS, resolve
-from mpskit.inputs.run_words import read_run_words
-from mpskit.inputs.validate import CHOICES, RANGES, SWITCHES
 from mpskit.plan.memory import GB
+from mpskit.presets import load_yaml, merge
+from mpskit.settings.resolve import PLANNER_KEYS, resolve
+from mpskit.settings.run_words import read_run_words
+from mpskit.settings.validate import CHOICES, RANGES, SWITCHES
 
 DATA = ROOT / "data"
 

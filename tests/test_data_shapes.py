@@ -9,8 +9,8 @@ import pytest
 import yaml
 from conftest import ROOT, run_llamafactory_cli, run_mpskit
 
+from mpskit.datasets.data_shapes import for_stage, read_shape
 from mpskit.errors import MpskitError
-from mpskit.inputs.data_shapes import for_stage, read_shape
 
 SHAPES = ROOT / "tests" / "data" / "shapes"
 # file -> (the stage its rows train when none is named, what mpskit says it read)

@@ -8,7 +8,7 @@ import os
 import pytest
 from conftest import run_mpskit
 
-from mpskit.inputs.resolve import resolve
+from mpskit.settings.resolve import resolve
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_cuda_options_without_their_package_are_refused_before_the_run_folder(
     ],
 )  # fmt: skip
 def test_bitsandbytes_missing_too_old_or_not_on_this_device_is_one_line(device, installed, words, needle, monkeypatch):
-    from mpskit.inputs import quantization
+    from mpskit.settings import quantization
 
     monkeypatch.setattr(quantization, "installed_version", lambda package: installed)
     args = dict(word.split("=") for word in words)
@@ -68,7 +68,7 @@ def test_bitsandbytes_missing_too_old_or_not_on_this_device_is_one_line(device, 
 
 
 def test_a_mac_without_a_bitsandbytes_build_is_told_so(monkeypatch):
-    from mpskit.inputs import quantization
+    from mpskit.settings import quantization
 
     monkeypatch.setattr(quantization, "installed_version", lambda package: None)
     for machine, release in (("arm64", "22.6.0"), ("x86_64", "23.1.0")):  # macOS 13 on Apple silicon, an Intel Mac

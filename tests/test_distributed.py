@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import ROOT, run_mpskit
 
-from mpskit.inputs.hardware import load_hardware
+from mpskit.machine.hardware import load_hardware
 from mpskit.plan.memory import ModelDims
 from mpskit.plan.planner import plan
 

@@ -3,7 +3,7 @@
 import pytest
 from conftest import run_mpskit
 
-from mpskit.inputs.mps_env import watermark_problems
+from mpskit.machine.mps_env import watermark_problems
 
 
 @pytest.mark.parametrize(

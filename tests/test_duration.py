@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_mpskit
 
-from mpskit.inputs.dataset_checks import training_rows
-from mpskit.inputs.hardware import load_hardware, profile_names
+from mpskit.datasets.dataset_checks import training_rows
+from mpskit.machine.hardware import load_hardware, profile_names
 from mpskit.plan.duration import (
     DEFAULT_THROUGHPUT,
     cpu_default,

@@ -1,8 +1,8 @@
 import pytest
 from conftest import run_mpskit
 
-from mpskit.inputs.hardware import load_hardware, profile_names
-from mpskit.inputs.mps_env import env_for, hard_cap_gb, watermark_ratios
+from mpskit.machine.hardware import load_hardware, profile_names
+from mpskit.machine.mps_env import env_for, hard_cap_gb, watermark_ratios
 
 APPLE = [n for n in profile_names() if load_hardware(n).kind == "apple-silicon"]
 

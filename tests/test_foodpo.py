@@ -7,7 +7,7 @@ import torch
 from conftest import ROOT
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.foodpo import FooDPOConfig, split_foodpo_args
+from mpskit.settings.foodpo import FooDPOConfig, split_foodpo_args
 
 pytestmark = pytest.mark.xdist_group(__name__)
 

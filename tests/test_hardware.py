@@ -3,7 +3,7 @@ import os
 import pytest
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.hardware import (
+from mpskit.machine.hardware import (
     Hardware,
     at_least,
     bf16_is_fast,
@@ -89,7 +89,7 @@ def test_a_detected_cuda_machine_gets_bf16_from_its_compute_capability(smi_line,
     """nvidia-smi says it, so no torch import and no CUDA initialised before a CPU run could hide it."""
     import platform
 
-    from mpskit.inputs.resolve import resolve
+    from mpskit.settings.resolve import resolve
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text(f"#!/bin/sh\necho '{smi_line}'\necho '{smi_line}'\n")

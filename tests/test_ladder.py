@@ -1,6 +1,6 @@
 """The out-of-memory ladder keeps the experiment first: which knobs it may move, and how."""
 
-from mpskit.inputs.knobs import Knobs, ladder_knobs, next_rung
+from mpskit.settings.knobs import Knobs, ladder_knobs, next_rung
 
 WRITTEN = {"per_device_train_batch_size", "gradient_accumulation_steps", "lora_rank", "cutoff_len",
            "disable_gradient_checkpointing"}  # fmt: skip

@@ -13,8 +13,10 @@ from conftest import ROOT
 # Floors, bottom first: a module may import any mpskit module on its own floor or below.
 FLOORS = [
     {"mpskit", "mpskit.errors", "mpskit.stages", "mpskit.rundir", "mpskit.temporary", "mpskit.lock_files",
-     "mpskit.output_folder", "mpskit.self_command"},
-    {"mpskit.inputs"},
+     "mpskit.output_folder", "mpskit.self_command", "mpskit.presets"},
+    {"mpskit.machine"},
+    {"mpskit.datasets"},
+    {"mpskit.settings"},
     {"mpskit.plan"},
     {"mpskit.engine"},
     {"mpskit.run"},
@@ -151,21 +153,21 @@ def test_mpskits_own_settings_are_read_by_name_only_in_their_homes():
     Everywhere else they are fields of a typed value."""
     import dataclasses
 
-    from mpskit.inputs.foodpo import FOODPO_KEYS
-    from mpskit.inputs.knobs import OWN_KEYS
-    from mpskit.inputs.resolve import MPSKIT_KEYS
-    from mpskit.inputs.run_settings import RunSettings
+    from mpskit.settings.foodpo import FOODPO_KEYS
+    from mpskit.settings.knobs import OWN_KEYS
+    from mpskit.settings.resolve import MPSKIT_KEYS
+    from mpskit.settings.run_settings import RunSettings
 
     settings = set(OWN_KEYS) | {item.name for item in dataclasses.fields(RunSettings)} | set(FOODPO_KEYS)
     choices = set(MPSKIT_KEYS) - settings - {"run_name"}  # run_name is transformers' too
     assert choices == {"preset", "model_preset", "hardware", "device"}
-    homes = {"mpskit.inputs.knobs", "mpskit.inputs.run_settings", "mpskit.inputs.foodpo", "mpskit.inputs.run_spec",
-             "mpskit.inputs.validate", "mpskit.rundir"}  # fmt: skip
+    homes = {f"mpskit.settings.{name}" for name in ("knobs", "run_settings", "foodpo", "run_spec", "validate")}
+    homes.add("mpskit.rundir")
     named = []
     for name, tree in modules().items():
         if name not in homes:
             named += [f"{name}:{key.lineno} {key.value}" for key in _keys_named(tree, settings, dict_keys=True)]
-        if name != "mpskit.inputs.resolve":
+        if name != "mpskit.settings.resolve":
             named += [f"{name}:{key.lineno} {key.value}" for key in _keys_named(tree, choices, dict_keys=False)]
     assert named == []
 

@@ -16,8 +16,8 @@ import torch
 import yaml
 from conftest import ROOT, run_mpskit
 
-from mpskit.inputs.foodpo import FooDPOConfig
 from mpskit.plan.memory import LEAN_MODEL_TYPES
+from mpskit.settings.foodpo import FooDPOConfig
 
 pytestmark = pytest.mark.xdist_group(__name__)
 

@@ -121,9 +121,9 @@ def test_a_data_file_that_moved_is_named_and_the_run_resumes_from_where_it_is_no
 
 
 def test_a_moved_file_is_refused_unless_it_is_the_data_the_run_registered(tmp_path):
+    from mpskit.datasets.data_shapes import read_shape
+    from mpskit.datasets.plain_data import moved_to
     from mpskit.errors import MpskitError
-    from mpskit.inputs.data_shapes import read_shape
-    from mpskit.inputs.plain_data import moved_to
 
     data = write_jsonl(tmp_path / "a.jsonl", SFT)
     entries, args = {"a": {"file_name": str(data), **read_shape(SFT, "a.jsonl").entry}}, {"dataset": "a"}
@@ -193,8 +193,8 @@ def test_plain_data_is_registered_in_private_folders_that_plan_leaves_none_of(tm
 def test_a_fifo_named_as_data_is_refused_without_reading_it(tmp_path):
     import os
 
+    from mpskit.datasets.plain_data import register_plain_data
     from mpskit.errors import MpskitError
-    from mpskit.inputs.plain_data import register_plain_data
 
     os.mkfifo(tmp_path / "rows.jsonl")  # reading it would wait for a writer that never comes
     with pytest.raises(MpskitError, match="not a regular file"):

@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 from conftest import ROOT, run_mpskit
 
-from mpskit.inputs.hardware import load_hardware
-from mpskit.inputs.resolve import resolve
+from mpskit.machine.hardware import load_hardware
 from mpskit.plan.advice import plan_run
 from mpskit.plan.budget import SAFETY_MARGIN, budget_for
 from mpskit.plan.memory import FRAMEWORK_BYTES, GB, ModelDims, estimate
 from mpskit.plan.planner import plan
+from mpskit.settings.resolve import resolve
 
 QWEN15_05B = ModelDims(hidden=1024, layers=24, heads=16, kv_heads=16, ffn=2816, vocab=151936, model_type="qwen2")
 STAGE_ARGS = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "cutoff_len": 512, "lora_rank": 8}
@@ -232,8 +232,8 @@ def test_training_refuses_a_run_no_setting_fits(tmp_path, tiny_model):
 def test_flash_attention_is_offered_only_where_the_profile_has_it():
     from dataclasses import replace
 
-    from mpskit.inputs.knobs import Knobs
     from mpskit.plan.planner import candidates
+    from mpskit.settings.knobs import Knobs
 
     asked = Knobs(batch=4, cutoff_len=512)
     without = load_hardware("cuda-24gb")
@@ -289,10 +289,10 @@ def test_each_setting_of_mpskits_own_has_one_default_and_the_readme_states_it():
     import dataclasses
     import re
 
-    from mpskit.inputs.foodpo import FIELDS, FooDPOConfig
-    from mpskit.inputs.knobs import OWN_KEYS, OwnKnobs, from_args, own_settings
-    from mpskit.inputs.run_settings import RunSettings
-    from mpskit.inputs.run_spec import RunSpec
+    from mpskit.settings.foodpo import FIELDS, FooDPOConfig
+    from mpskit.settings.knobs import OWN_KEYS, OwnKnobs, from_args, own_settings
+    from mpskit.settings.run_settings import RunSettings
+    from mpskit.settings.run_spec import RunSpec
 
     foodpo = {key: getattr(FooDPOConfig(), name) for key, name in FIELDS.items()}
     defaults = {**OWN_KEYS, **{f.name: f.default for f in dataclasses.fields(RunSettings)}, **foodpo}

@@ -4,9 +4,9 @@ import pytest
 from conftest import ROOT
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.presets import merge
-from mpskit.inputs.resolve import resolve
-from mpskit.inputs.run_words import read_run_words
+from mpskit.presets import merge
+from mpskit.settings.resolve import resolve
+from mpskit.settings.run_words import read_run_words
 
 
 def parse_overrides(words: list[str]) -> dict:
@@ -79,7 +79,7 @@ def test_loader_workers_a_user_asks_for_become_0_on_mps(capsys):
 
 
 def test_yaml_reads_exponents_as_numbers_like_llamafactory(tmp_path):
-    from mpskit.inputs.presets import load_yaml
+    from mpskit.presets import load_yaml
 
     path = tmp_path / "run.yaml"
     path.write_text("learning_rate: 1e-4\nwarmup_ratio: 5.0e-2\nname: '1e-4'\nsteps: 10\n")

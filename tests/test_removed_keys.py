@@ -6,7 +6,7 @@ import pytest
 from conftest import ROOT
 from transformers import TrainingArguments
 
-from mpskit.inputs.removed_keys import (
+from mpskit.settings.removed_keys import (
     DROPPED,
     RENAMED,
     SWITCHED,

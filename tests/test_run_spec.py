@@ -4,10 +4,10 @@ import pytest
 import yaml
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.foodpo import FooDPOConfig
-from mpskit.inputs.knobs import OwnKnobs
-from mpskit.inputs.run_spec import RunSpec
 from mpskit.rundir import RunDir, RunRecord, args_text
+from mpskit.settings.foodpo import FooDPOConfig
+from mpskit.settings.knobs import OwnKnobs
+from mpskit.settings.run_spec import RunSpec
 
 FOODPO_RUN = {"stage": "foodpo", "model_name_or_path": "m", "pref_beta": 0.1, "pref_beta_scale": 0.05,
               "foodpo_beta_max": 1, "lean_logits": False, "lean_attention": True}  # fmt: skip

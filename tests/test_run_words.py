@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from mpskit.cli import main
 from mpskit.engine import lf
-from mpskit.inputs.run_words import read_run_words
+from mpskit.settings.run_words import read_run_words
 
 # Each case: the words after `llamafactory-cli train` (a run file first, or none), and the file's text.
 CASES = [

@@ -1,4 +1,4 @@
-"""The plan's token lengths of the training rows (mpskit/inputs/token_lengths.py) against what
+"""The plan's token lengths of the training rows (mpskit/datasets/token_lengths.py) against what
 LLaMA-Factory's own data pipeline makes of the same rows, and what the plan does with them."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from conftest import run_mpskit
 
-from mpskit.inputs import token_lengths
-from mpskit.inputs.data_shapes import read_shape
-from mpskit.inputs.dataset_checks import read_rows
-from mpskit.inputs.knobs import changes, from_args
-from mpskit.inputs.token_lengths import DataLengths, data_lengths
+from mpskit.datasets import token_lengths
+from mpskit.datasets.data_shapes import read_shape
+from mpskit.datasets.dataset_checks import read_rows
+from mpskit.datasets.token_lengths import DataLengths, data_lengths
 from mpskit.plan.advice import _cut_words
+from mpskit.settings.knobs import changes, from_args
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = ROOT / "tests" / "data" / "shapes"

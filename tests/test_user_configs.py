@@ -173,7 +173,7 @@ LLAMAFACTORY = Path(importlib.util.find_spec("llamafactory").origin).parent
 
 def test_the_optional_package_table_names_what_llamafactory_imports():
     """Each module of the table is one LLaMA-Factory checks for or imports under its key."""
-    from mpskit.inputs.optional_packages import FLAGS, GENERATION_METRICS
+    from mpskit.machine.optional_packages import FLAGS, GENERATION_METRICS
 
     source = "\n".join(path.read_text() for path in LLAMAFACTORY.rglob("*.py"))
     for modules, *_ in [*FLAGS.values(), *GENERATION_METRICS]:

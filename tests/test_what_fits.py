@@ -16,7 +16,7 @@ def test_the_table_is_the_planners():
 
 def test_the_key_table_is_the_settings_fields():
     """mpskit's own settings carry their default and help on their fields; docs/usage.md's table is made of them."""
-    from mpskit.inputs.settings_help import key_table
+    from mpskit.settings.settings_help import key_table
 
     assert docs_tables.block("key-table") == key_table(), "run: python scripts/docs_tables.py"
 

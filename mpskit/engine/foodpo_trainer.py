@@ -13,7 +13,7 @@ import torch
 from llamafactory.extras.constants import IGNORE_INDEX
 
 from mpskit.engine.lean_trainers import CustomDPOTrainer, LeanDPOTrainer, LeanPath, build_trainer
-from mpskit.inputs.foodpo import FooDPOConfig
+from mpskit.settings.foodpo import FooDPOConfig
 
 
 def prompt_positions(labels: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -13,12 +13,12 @@ import difflib
 import importlib.util
 from pathlib import Path
 
+from mpskit.datasets.token_lengths import read_tokenizer
 from mpskit.errors import MpskitError
-from mpskit.inputs.foodpo import FOODPO_KEYS
-from mpskit.inputs.knobs import OWN_KEYS
-from mpskit.inputs.run_spec import RunSpec
-from mpskit.inputs.token_lengths import read_tokenizer
 from mpskit.rundir import args_text, write_atomic
+from mpskit.settings.foodpo import FOODPO_KEYS
+from mpskit.settings.knobs import OWN_KEYS
+from mpskit.settings.run_spec import RunSpec
 from mpskit.stages import stage_of
 
 # mpskit's own run keys for the lean paths: kept out of the written YAML, which must also run under

@@ -9,18 +9,18 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from mpskit.datasets.token_lengths import DataLengths, data_lengths
 from mpskit.errors import MpskitError
-from mpskit.inputs.hardware import Hardware, load_hardware, profile_names
-from mpskit.inputs.hub import hub_cached_file, hub_config, looks_like_hub_id
-from mpskit.inputs.knobs import as_words, to_args
-from mpskit.inputs.presets import load_yaml, preset_names, resolve_preset_file
-from mpskit.inputs.quantization import has_build
-from mpskit.inputs.resolve import ResolvedRun, device_args
-from mpskit.inputs.token_lengths import DataLengths, data_lengths
+from mpskit.machine.hardware import Hardware, load_hardware, profile_names
+from mpskit.machine.hub import hub_cached_file, hub_config, looks_like_hub_id
 from mpskit.plan.budget import SAFETY_MARGIN
 from mpskit.plan.duration import RunDuration, run_duration
 from mpskit.plan.memory import GB, ModelDims, dims_from_mapping, estimate, parameters_text
 from mpskit.plan.planner import Plan, plan
+from mpskit.presets import load_yaml, preset_names, resolve_preset_file
+from mpskit.settings.knobs import as_words, to_args
+from mpskit.settings.quantization import has_build
+from mpskit.settings.resolve import ResolvedRun, device_args
 from mpskit.stages import PLANNED, stage_of
 
 # The keys "what would fit" names, in this order.

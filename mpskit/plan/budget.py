@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mpskit.inputs.hardware import Hardware
-from mpskit.inputs.mps_env import hard_cap_gb
+from mpskit.machine.hardware import Hardware
+from mpskit.machine.mps_env import hard_cap_gb
 from mpskit.plan.memory import GB
 
 # The estimate must fit with this share of the budget to spare: bench/memory_accuracy.py's worst

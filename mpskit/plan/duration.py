@@ -13,11 +13,11 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
-from mpskit.inputs.dataset_checks import training_rows
-from mpskit.inputs.hardware import load_hardware
-from mpskit.inputs.knobs import Knobs, micro_batch
-from mpskit.inputs.token_lengths import DataLengths
+from mpskit.datasets.dataset_checks import training_rows
+from mpskit.datasets.token_lengths import DataLengths
+from mpskit.machine.hardware import load_hardware
 from mpskit.plan.memory import ModelDims, activation_width, native_half, sequences_per_step
+from mpskit.settings.knobs import Knobs, micro_batch
 from mpskit.stages import stage_of
 
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.knobs import Knobs, as_words
-from mpskit.inputs.presets import demo_data_dir
 from mpskit.plan.duration import steady_step_s
 from mpskit.plan.memory import sequences_per_step
+from mpskit.presets import demo_data_dir
 from mpskit.rundir import RunDir
 from mpskit.self_command import mpskit_command
+from mpskit.settings.knobs import Knobs, as_words
 
 # Words that leave a run only its training steps: no evaluation, checkpoints or plots; a log line a step.
 TIMED_ONLY = ("eval_dataset=", "eval_strategy=no", "logging_steps=1", "save_strategy=no", "plot_loss=false")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from mpskit.inputs.knobs import Knobs
+from mpskit.settings.knobs import Knobs
 from mpskit.stages import stage_of
 
 GB = 1024**3

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mpskit.inputs.knobs import describe
-from mpskit.inputs.resolve import ResolvedRun
 from mpskit.plan.duration import RunDuration, extrapolate, format_seconds
 from mpskit.plan.memory import (
     GB,
@@ -17,6 +15,8 @@ from mpskit.plan.memory import (
 )
 from mpskit.plan.planner import Option, Plan
 from mpskit.plan.probe import Probe
+from mpskit.settings.knobs import describe
+from mpskit.settings.resolve import ResolvedRun
 
 
 def _gb(value: int) -> str:

@@ -15,8 +15,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported
-from mpskit.inputs.knobs import (
+from mpskit.datasets.token_lengths import DataLengths
+from mpskit.machine.hardware import Hardware, bf16_is_fast, bf16_supported
+from mpskit.plan.budget import SAFETY_MARGIN, Budget, budget_for
+from mpskit.plan.duration import Throughput, throughput_for, tokens_per_second
+from mpskit.plan.memory import GB, Estimate, ModelDims, estimate, lean_attention_runs
+from mpskit.settings.knobs import (
     DEFAULT_CUTOFF_FLOOR,
     DEFAULT_OPTIM,
     EIGHT_BIT_OPTIM,
@@ -28,11 +32,7 @@ from mpskit.inputs.knobs import (
     lower_cutoffs,
     lower_ranks,
 )
-from mpskit.inputs.quantization import has_build
-from mpskit.inputs.token_lengths import DataLengths
-from mpskit.plan.budget import SAFETY_MARGIN, Budget, budget_for
-from mpskit.plan.duration import Throughput, throughput_for, tokens_per_second
-from mpskit.plan.memory import GB, Estimate, ModelDims, estimate, lean_attention_runs
+from mpskit.settings.quantization import has_build
 
 
 @dataclass

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from mpskit.inputs.knobs import OWN_KEYS
-from mpskit.inputs.resolve import ResolvedRun
+from mpskit.settings.knobs import OWN_KEYS
+from mpskit.settings.resolve import ResolvedRun
 
 
 def _text(value: object) -> str:

@@ -13,21 +13,21 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+from mpskit.datasets.dataset_checks import check_conversion, check_datasets
 from mpskit.engine import lf
 from mpskit.errors import MpskitError, warn
-from mpskit.inputs import quantization
-from mpskit.inputs.dataset_checks import check_conversion, check_datasets
-from mpskit.inputs.hardware import nvidia_gpus
-from mpskit.inputs.hub import hub_cache_dir, hub_offline, looks_like_hub_id
-from mpskit.inputs.knobs import from_args
-from mpskit.inputs.optional_packages import missing_packages
-from mpskit.inputs.presets import preset_model_dir
-from mpskit.inputs.resolve import ResolvedRun, cuda_only, other_file
-from mpskit.inputs.run_spec import RunSpec
+from mpskit.machine.hardware import nvidia_gpus
+from mpskit.machine.hub import hub_cache_dir, hub_offline, looks_like_hub_id
+from mpskit.machine.optional_packages import missing_packages
 from mpskit.plan import advice
 from mpskit.plan.memory import GB, checkpoint_bytes, trainable_params
 from mpskit.plan.planner import Plan
+from mpskit.presets import preset_model_dir
 from mpskit.rundir import checkpoint_step, incomplete_reason
+from mpskit.settings import quantization
+from mpskit.settings.knobs import from_args
+from mpskit.settings.resolve import ResolvedRun, cuda_only, other_file
+from mpskit.settings.run_spec import RunSpec
 
 
 def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, Plan | None]:

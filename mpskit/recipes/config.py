@@ -12,13 +12,13 @@ from mpskit.recipes.from_words import note_device_problems, resolve_from_words
 
 
 def write_config(words: list[str]) -> int:
+    from mpskit.datasets.plain_data import registration_folder
     from mpskit.engine import lf
-    from mpskit.inputs.knobs import OWN_KEYS
-    from mpskit.inputs.optional_packages import missing_packages
-    from mpskit.inputs.plain_data import registration_folder
+    from mpskit.machine.optional_packages import missing_packages
     from mpskit.recipes.changes import say_changes
     from mpskit.recipes.checks import prepare
     from mpskit.rundir import cannot_write, check_file_target, new_run_dir, writing
+    from mpskit.settings.knobs import OWN_KEYS
 
     force = "--force" in words
     run, output = resolve_from_words([word for word in words if word != "--force"])

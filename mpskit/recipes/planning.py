@@ -14,8 +14,8 @@ NOTHING_FITS = 3  # the report is printed, and no setting fits
 def show_plan(words: list[str]) -> int:
     """The memory plan for a run and how long it takes; no torch import, so it answers at once (with
     --probe, after timing a few real steps). Exit code 3 when no setting fits, so scripts can tell."""
+    from mpskit.datasets.dataset_checks import check_datasets
     from mpskit.engine import lf
-    from mpskit.inputs.dataset_checks import check_datasets
     from mpskit.plan.advice import plan_duration, plan_run
     from mpskit.plan.plan_report import plan_as_dict, plan_lines
     from mpskit.plan.probe import check_probe_machine, probe

@@ -14,16 +14,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from mpskit.datasets.plain_data import dataset_info_text, moved_to, row_counts
 from mpskit.engine import lf
 from mpskit.engine.environment import enter_run_environment, hide_accelerators
 from mpskit.errors import MpskitError, NextRung
-from mpskit.inputs import knobs
-from mpskit.inputs.hardware import detect, installed_version
-from mpskit.inputs.launch import inside_launch, launch
-from mpskit.inputs.mps_env import env_values
-from mpskit.inputs.plain_data import dataset_info_text, moved_to, row_counts
-from mpskit.inputs.resolve import ResolvedRun
-from mpskit.inputs.run_spec import RunSpec
+from mpskit.machine.hardware import detect, installed_version
+from mpskit.machine.launch import inside_launch, launch
+from mpskit.machine.mps_env import env_values
 from mpskit.plan import planner
 from mpskit.plan.advice import plan_duration
 from mpskit.plan.memory import GB
@@ -53,6 +50,9 @@ from mpskit.rundir import (
     recoverable_fields,
     release,
 )
+from mpskit.settings import knobs
+from mpskit.settings.resolve import ResolvedRun
+from mpskit.settings.run_spec import RunSpec
 
 VERSIONED = ("torch", "transformers", "peft", "trl", "llamafactory")
 

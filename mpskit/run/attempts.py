@@ -23,15 +23,15 @@ from typing import NoReturn
 
 from mpskit.engine import lf
 from mpskit.errors import Interrupted, MpskitError, NextRung, RunFailed
-from mpskit.inputs.knobs import LADDER, OWN_KEYS, Knobs, as_words, effective_batch, from_args, next_rung, to_args
-from mpskit.inputs.launch import inside_launch, rank
-from mpskit.inputs.run_spec import RunSpec
+from mpskit.machine.launch import inside_launch, rank
 from mpskit.plan.duration import steady_step_s
 from mpskit.run.boundary import keep_traceback, one_line
 from mpskit.run.oom import OutOfMemory, recognise
 from mpskit.run.quiet import LOG_FILE
 from mpskit.run.signals import SignalGuard, Stopped
 from mpskit.rundir import FINISHED, Attempt, Duration, Ladder, Memory, RunDir, point_latest, set_aside, write_atomic
+from mpskit.settings.knobs import LADDER, OWN_KEYS, Knobs, as_words, effective_batch, from_args, next_rung, to_args
+from mpskit.settings.run_spec import RunSpec
 
 MAX_ATTEMPTS = 4  # out-of-memory attempts in a row, each in its own process
 OUT_OF_MEMORY = "out of memory"

@@ -11,8 +11,8 @@ import statistics
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.run_spec import RunSpec
 from mpskit.rundir import RunDir, cannot_write, writing
+from mpskit.settings.run_spec import RunSpec
 
 SCALE = "pref_beta_scale"  # the column named after fooDPO's setting (read from the run's RunSpec)
 COLUMNS = ("run", "stage", SCALE, "final_train_loss", "eval_rewards/accuracies",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.presets import demo_data_dir
+from mpskit.presets import demo_data_dir
 from mpskit.run.quiet import is_verbose
 from mpskit.rundir import RunDir, make_new_folder
 from mpskit.self_command import mpskit_command

@@ -13,10 +13,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mpskit.inputs.hardware import describe, installed_version, select_hardware
-from mpskit.inputs.mps_env import env_values, watermark_problems
-from mpskit.inputs.quantization import device_problems
+from mpskit.machine.hardware import describe, installed_version, select_hardware
+from mpskit.machine.mps_env import env_values, watermark_problems
 from mpskit.plan.measure import Case, measure, write_long_data
+from mpskit.settings.quantization import device_problems
 
 MPS_VARIABLES = ("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "PYTORCH_MPS_LOW_WATERMARK_RATIO", "PYTORCH_ENABLE_MPS_FALLBACK")
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "llamafactory", "bitsandbytes")

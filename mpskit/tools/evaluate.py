@@ -16,14 +16,14 @@ import re
 import time
 from pathlib import Path
 
+from mpskit.datasets.dataset_checks import check_datasets
+from mpskit.datasets.plain_data import register_plain_data, registration_folder
 from mpskit.engine import lf
 from mpskit.errors import MpskitError
-from mpskit.inputs.dataset_checks import check_datasets
-from mpskit.inputs.foodpo import FOODPO_KEYS
-from mpskit.inputs.plain_data import register_plain_data, registration_folder
-from mpskit.inputs.run_spec import RunSpec
 from mpskit.recipes.checks import check_model
 from mpskit.run.quiet import library_output
+from mpskit.settings.foodpo import FOODPO_KEYS
+from mpskit.settings.run_spec import RunSpec
 from mpskit.stages import stage_of
 from mpskit.tools.compare import markdown_table
 from mpskit.tools.use_run import inference_args, open_trained

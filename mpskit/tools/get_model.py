@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mpskit import output_folder
 from mpskit.errors import MpskitError
-from mpskit.inputs.presets import load_yaml, preset_names, resolve_preset_file
+from mpskit.presets import load_yaml, preset_names, resolve_preset_file
 from mpskit.run.quiet import is_verbose
 
 GGUF_SUFFIX = ".gguf"

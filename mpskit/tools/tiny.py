@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from mpskit import output_folder
+from mpskit.datasets.dataset_checks import read_rows
 from mpskit.errors import MpskitError
-from mpskit.inputs.dataset_checks import read_rows
-from mpskit.inputs.presets import demo_data_dir, preset_model_dir
+from mpskit.presets import demo_data_dir, preset_model_dir
 from mpskit.run.quiet import is_verbose
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -148,6 +148,6 @@ def _local_base(model: str) -> Path:
     path = Path(model).expanduser()
     if path.is_dir():
         return path
-    from mpskit.inputs.hub import hub_config_path
+    from mpskit.machine.hub import hub_config_path
 
     return hub_config_path(model).parent

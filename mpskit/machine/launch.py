@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.hardware import Hardware
+from mpskit.machine.hardware import Hardware
 
 
 def _env_count(name: str, default: int) -> int:

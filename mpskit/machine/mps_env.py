@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from mpskit.inputs.hardware import Hardware
+from mpskit.machine.hardware import Hardware
 
 DEFAULT_HIGH_RATIO = 1.7  # PyTorch's default hard cap on unified memory
 DEFAULT_LOW_RATIO = 1.4  # PyTorch's default soft limit on unified memory

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.presets import config_dir
+from mpskit.presets import config_dir
 
 
 @dataclass(frozen=True)

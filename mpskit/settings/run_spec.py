@@ -15,8 +15,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from mpskit.inputs.foodpo import FooDPOConfig, split_foodpo_args
-from mpskit.inputs.knobs import OwnKnobs, own_settings, split_own
+from mpskit.settings.foodpo import FooDPOConfig, split_foodpo_args
+from mpskit.settings.knobs import OwnKnobs, own_settings, split_own
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.presets import MAX_YAML_BYTES, load_yaml
+from mpskit.presets import MAX_YAML_BYTES, load_yaml
 
 RUN_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 KEY_VALUE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*=")

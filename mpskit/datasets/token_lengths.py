@@ -26,8 +26,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from mpskit.datasets.dataset_checks import read_rows, split_names
 from mpskit.errors import MpskitError
-from mpskit.inputs.dataset_checks import read_rows, split_names
 from mpskit.stages import stage_of
 
 SAMPLE_ROWS = 500  # rows tokenized from a larger set, evenly spaced: their mean is within a few %

@@ -17,16 +17,16 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mpskit.errors import MpskitError, warn
-from mpskit.inputs import quantization, seed_fork
-from mpskit.inputs.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
-from mpskit.inputs.knobs import PLANNER_KEYS
-from mpskit.inputs.launch import process_layout
-from mpskit.inputs.plain_data import named_data, register_plain_data
-from mpskit.inputs.presets import demo_data_dir, load_yaml, merge, resolve_preset_file
-from mpskit.inputs.removed_keys import translate_removed_keys
-from mpskit.inputs.run_settings import RunSettings, read_run_settings
-from mpskit.inputs.validate import check_args, check_number
+from mpskit.datasets.plain_data import named_data, register_plain_data
+from mpskit.errors import MpskitError, check_number, warn
+from mpskit.machine.hardware import Hardware, bf16_is_fast, bf16_supported, fp16_supported, select_hardware
+from mpskit.machine.launch import process_layout
+from mpskit.presets import demo_data_dir, load_yaml, merge, resolve_preset_file
+from mpskit.settings import quantization, seed_fork
+from mpskit.settings.knobs import PLANNER_KEYS
+from mpskit.settings.removed_keys import translate_removed_keys
+from mpskit.settings.run_settings import RunSettings, read_run_settings
+from mpskit.settings.validate import check_args
 from mpskit.stages import STAGES
 
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.validate import check_value
+from mpskit.settings.validate import check_value
 
 PPL_SOURCES = ("policy", "reference")
 # LLaMA-Factory 0.9.5's pref_loss values. kto_pair is gone from trl 0.24's dpo_loss.

@@ -17,8 +17,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.hardware import Hardware, installed_version
-from mpskit.inputs.knobs import zero_stage_of
+from mpskit.machine.hardware import Hardware, installed_version
+from mpskit.settings.knobs import zero_stage_of
 
 BITS = (4, 8)
 METHOD = "bnb"  # LLaMA-Factory's name for bitsandbytes

@@ -7,10 +7,8 @@ traceback from deep inside; here each is one line with the fix. Every number mus
 
 from __future__ import annotations
 
-import math
-
-from mpskit.errors import MpskitError
-from mpskit.inputs.knobs import evaluates
+from mpskit.errors import MpskitError, check_number
+from mpskit.settings.knobs import evaluates
 
 # key: (kind, smallest, largest); None means unbounded. "int" excludes booleans and 4.0.
 RANGES = {
@@ -61,26 +59,6 @@ CHOICES = {
     "flash_attn": ("auto", "disabled", "sdpa", "fa2", "fa3"),
     "finetuning_type": ("lora", "freeze", "full", "oft"),
 }
-
-
-def _describe(kind: str, low, high) -> str:
-    if kind == "positive":
-        return f"a finite number above {low:g}"
-    what = "a whole number" if kind == "int" else "a finite number"
-    return f"{what} from {low} to {high}" if high is not None else f"{what} of at least {low}"
-
-
-def in_range(value, kind: str, low, high=None) -> bool:
-    """A finite number of that kind within [low, high] ("positive": above low)."""
-    is_number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    ok = is_number and (kind != "int" or isinstance(value, int))
-    return ok and (value > low if kind == "positive" else value >= low) and (high is None or value <= high)
-
-
-def check_number(where: str, value, kind: str, low, high=None, fix: str = "set it to such a value") -> None:
-    """One line naming `where` (a key, or a profile's field) when `value` is not such a number."""
-    if not in_range(value, kind, low, high):
-        raise MpskitError(f"{where}={value!r} is not {_describe(kind, low, high)}", fix)
 
 
 def check_value(key: str, value) -> None:

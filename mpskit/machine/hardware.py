@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from mpskit.errors import MpskitError
-from mpskit.inputs.presets import config_dir, load_yaml, resolve_preset_file
-from mpskit.inputs.validate import check_number
+from mpskit.errors import MpskitError, check_number
+from mpskit.presets import config_dir, load_yaml, resolve_preset_file
 
 KINDS = ("apple-silicon", "intel-mac", "cuda", "cpu")
 INTEL_MAC_NOTE = (
@@ -118,7 +117,7 @@ def hardware_notes(hw: Hardware) -> list[str]:
     return notes
 
 
-# What each fact of a profile must be: numbers (a validate.in_range kind and floor), text, switches.
+# What each fact of a profile must be: numbers (an errors.in_range kind and floor), text, switches.
 NUMBER_FACTS = {
     "ram_gb": ("positive", 0),
     "recommended_max_gb": ("positive", 0),

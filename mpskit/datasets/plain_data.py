@@ -18,9 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mpskit.datasets.data_shapes import DEFAULT_STAGE, for_stage, read_shape
+from mpskit.datasets.dataset_checks import NOT_A_FILE, read_rows, split_names
 from mpskit.errors import MpskitError
-from mpskit.inputs.data_shapes import DEFAULT_STAGE, for_stage, read_shape
-from mpskit.inputs.dataset_checks import NOT_A_FILE, read_rows, split_names
 from mpskit.rundir import DATASET_INFO, write_atomic
 from mpskit.stages import stage_of
 from mpskit.temporary import private_folder

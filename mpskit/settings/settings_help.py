@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from mpskit.inputs.foodpo import FIELDS, FooDPOConfig
-from mpskit.inputs.knobs import OwnKnobs
-from mpskit.inputs.run_settings import RunSettings
+from mpskit.settings.foodpo import FIELDS, FooDPOConfig
+from mpskit.settings.knobs import OwnKnobs
+from mpskit.settings.run_settings import RunSettings
 
 LAYER_KEYS = (
     ("`preset`",

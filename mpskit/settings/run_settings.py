@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mpskit.errors import MpskitError
-from mpskit.inputs.knobs import DEFAULT_CUTOFF_FLOOR, OOM_LADDER
-from mpskit.inputs.validate import check_value
+from mpskit.settings.knobs import DEFAULT_CUTOFF_FLOOR, OOM_LADDER
+from mpskit.settings.validate import check_value
 
 
 @dataclass(frozen=True)
