@@ -45,7 +45,7 @@ from mpskit.errors import MpskitError  # noqa: E402
 from mpskit.plan.duration import steady_step_s  # noqa: E402
 from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
 from mpskit.plan.memory import QUANTIZED_BYTES  # noqa: E402
-from mpskit.rundir import RunDir  # noqa: E402
+from mpskit.rundir.folder import RunDir  # noqa: E402
 
 DIMS = dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
             intermediate_size=4096)  # fmt: skip

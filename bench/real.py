@@ -39,7 +39,7 @@ from mpskit.plan.advice import plan_duration, plan_run  # noqa: E402
 from mpskit.plan.duration import steady_step_s  # noqa: E402
 from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
 from mpskit.plan.memory import GB  # noqa: E402
-from mpskit.rundir import RunDir  # noqa: E402
+from mpskit.rundir.folder import RunDir  # noqa: E402
 from mpskit.settings.resolve import resolve  # noqa: E402
 from mpskit.settings.run_words import read_run_words  # noqa: E402
 from mpskit.tools.demo import STAGE_WORDS  # noqa: E402

@@ -118,7 +118,7 @@ def cmd_train(words: list[str]) -> int:
 
 def cmd_rank(ns: argparse.Namespace) -> int:
     from mpskit.recipes.train import continue_run
-    from mpskit.rundir import RunDir
+    from mpskit.rundir.folder import RunDir
 
     continue_run(RunDir.open(ns.run_dir))
     return 0

@@ -1,5 +1,6 @@
 """The small files that say which process holds a lock: `.mpskit.lock` in a run folder (a note beside the
-lock on the folder itself) and `.NAME.lock` beside an output path (the lock file itself). No torch import.
+lock on the folder itself, hold_folder) and `.NAME.lock` beside an output path (the lock file itself,
+take_lock_file). No torch import.
 
 A name in a folder may be anything a user, a copy or an archive put there: a link, a hard link to a
 run's adapter, a FIFO, the user's own file. So mpskit writes only a file it created itself (opened with
@@ -16,6 +17,7 @@ import fcntl
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from mpskit.errors import MpskitError
@@ -123,6 +125,31 @@ def leave_note(path: Path, doing: str) -> int | None:
                 raise
             return None
         return fd
+
+
+@contextlib.contextmanager
+def hold_folder(folder: Path, note: Path, doing: str) -> Iterator[None]:
+    """One process at a time in FOLDER: an exclusive lock on the folder itself, which the kernel
+    releases when the process ends, however it ends. A second process is told who holds it, from the
+    NOTE the holder leaves while it works."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        holder = read_note(note) or "another process"
+        fix = "wait until it ends (or stop it), then run this again"
+        raise MpskitError(f"{folder} is in use by {holder}", fix) from None
+    try:
+        note_fd = leave_note(note, doing)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        yield
+    finally:
+        remove_own(note_fd, note)
+        os.close(fd)
 
 
 def remove_own(fd: int | None, path: Path) -> None:

@@ -19,11 +19,11 @@ from pathlib import Path
 import psutil
 
 from mpskit.errors import MpskitError
-from mpskit.rundir import cannot_write, writing
+from mpskit.files import cannot_write, writing
 
 
 def fill(out: Path, what: str, doing: str, fix: str, make: Callable[[Path], None]) -> Path:
-    """MAKE(folder) writes the folder's files (it creates the folder); one writer at a time (rundir.writing)."""
+    """MAKE(folder) writes the folder's files (it creates the folder); one writer at a time (files.writing)."""
     with writing(out, what, doing):
         clear_leftovers(out)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):

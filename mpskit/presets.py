@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from mpskit.errors import MpskitError
-from mpskit.rundir import MAX_YAML_NODES, expands_past
+from mpskit.files import MAX_YAML_NODES, expands_past
 
 
 def config_dir() -> Path:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import ROOT, run_mpskit
 
-from mpskit.rundir import checkpoints, incomplete_reason
+from mpskit.rundir.checkpoints import checkpoints, incomplete_reason
 
 pytestmark = pytest.mark.e2e
 SHORT = ["template=qwen", f"dataset_dir={ROOT / 'data'}", "cutoff_len=128", "learning_rate=5e-3", "max_steps=8",

@@ -13,7 +13,7 @@ from conftest import ROOT
 # Floors, bottom first: a module may import any mpskit module on its own floor or below.
 FLOORS = [
     {"mpskit", "mpskit.errors", "mpskit.stages", "mpskit.rundir", "mpskit.temporary", "mpskit.lock_files",
-     "mpskit.output_folder", "mpskit.self_command", "mpskit.presets"},
+     "mpskit.output_folder", "mpskit.self_command", "mpskit.presets", "mpskit.files"},
     {"mpskit.machine"},
     {"mpskit.datasets"},
     {"mpskit.settings"},
@@ -147,7 +147,7 @@ def test_mpskits_own_settings_are_read_by_name_only_in_their_homes():
 
     - lean_logits, lean_attention (knobs.OwnKnobs), the RunSettings fields and fooDPO's keys
       (foodpo.FooDPOConfig): a subscript, .get/.pop/.setdefault or a dict literal's key, only in knobs,
-      run_settings, foodpo, run_spec, validate's ranges and the record's own reading (rundir);
+      run_settings, foodpo, run_spec, validate's ranges and the record's own reading (rundir.record);
     - the choices that pick layers (preset, model_preset, hardware, device): read only in resolve,
       which pops them from the user's keys (a dict literal elsewhere is an output's field name).
     Everywhere else they are fields of a typed value."""
@@ -162,7 +162,7 @@ def test_mpskits_own_settings_are_read_by_name_only_in_their_homes():
     choices = set(MPSKIT_KEYS) - settings - {"run_name"}  # run_name is transformers' too
     assert choices == {"preset", "model_preset", "hardware", "device"}
     homes = {f"mpskit.settings.{name}" for name in ("knobs", "run_settings", "foodpo", "run_spec", "validate")}
-    homes.add("mpskit.rundir")
+    homes.add("mpskit.rundir.record")
     named = []
     for name, tree in modules().items():
         if name not in homes:

@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import run_mpskit
 
-from mpskit.rundir import Attempt, RunRecord, write_record
+from mpskit.rundir.record import Attempt, RunRecord, write_record
 
 ADAPTER = b"the adapter's bytes"
 

@@ -6,7 +6,7 @@ import json
 
 from mpskit.run import plots
 from mpskit.run.plots import loss_title, plot_memory, plot_training
-from mpskit.rundir import Attempt, RunRecord
+from mpskit.rundir.record import Attempt, RunRecord
 
 
 def _history(tmp_path, losses: list[float], **extra) -> None:

@@ -15,7 +15,7 @@ import yaml
 from conftest import ROOT, run_mpskit
 from test_e2e import losses
 
-from mpskit.rundir import incomplete_reason
+from mpskit.rundir.checkpoints import incomplete_reason
 
 pytestmark = pytest.mark.e2e
 RUN = ["preset=sft", "template=qwen", f"dataset_dir={ROOT / 'data'}", "cutoff_len=128", "learning_rate=5e-3"]

@@ -4,7 +4,8 @@ import pytest
 import yaml
 
 from mpskit.errors import MpskitError
-from mpskit.rundir import RunDir, RunRecord, args_text
+from mpskit.rundir.folder import RunDir, args_text
+from mpskit.rundir.record import RunRecord
 from mpskit.settings.foodpo import FooDPOConfig
 from mpskit.settings.knobs import OwnKnobs
 from mpskit.settings.run_spec import RunSpec

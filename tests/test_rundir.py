@@ -11,17 +11,9 @@ from pathlib import Path
 import pytest
 
 from mpskit.errors import MpskitError
-from mpskit.rundir import (
-    Attempt,
-    RunDir,
-    RunRecord,
-    claim_run_dir,
-    last_checkpoint,
-    point_latest,
-    read_record,
-    release,
-    write_record,
-)
+from mpskit.rundir.checkpoints import last_checkpoint
+from mpskit.rundir.folder import RunDir, claim_run_dir, point_latest, release
+from mpskit.rundir.record import Attempt, RunRecord, read_record, write_record
 
 
 def make_checkpoint(run_dir, step: int, state: str | None = '{"global_step": 1}', weights: bool = True,
@@ -181,7 +173,7 @@ def test_links_planted_in_a_run_folder_are_not_written_through(tmp_path):
 
 def test_only_the_run_folder_module_reads_or_writes_the_files_of_a_run():
     """mpskit.json, llamafactory.yaml, all_results.json and trainer_log.jsonl are named (outside
-    docstrings) and their names imported nowhere but mpskit/rundir.py: every other module asks a RunDir."""
+    docstrings) and their names imported nowhere but in mpskit/rundir/: every other module asks a RunDir."""
     import ast
 
     from conftest import ROOT
@@ -189,7 +181,7 @@ def test_only_the_run_folder_module_reads_or_writes_the_files_of_a_run():
     files = ("mpskit.json", "llamafactory.yaml", "all_results.json", "trainer_log.jsonl")
     found = []
     for path in sorted((ROOT / "mpskit").rglob("*.py")):
-        if path.name == "rundir.py":
+        if path.parent.name == "rundir":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         docstrings = {
@@ -200,7 +192,7 @@ def test_only_the_run_folder_module_reads_or_writes_the_files_of_a_run():
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                 found += [f"{path.name}:{node.lineno} {name}" for name in files if name in node.value]
-            if isinstance(node, ast.ImportFrom) and node.module == "mpskit.rundir":
+            if isinstance(node, ast.ImportFrom) and node.module.startswith("mpskit.rundir"):
                 names = [alias.name for alias in node.names]
                 found += [f"{path.name}:{node.lineno} {name}" for name in names if name in ("RECORD", "YAML", "LOG")]
     assert found == []
@@ -208,11 +200,11 @@ def test_only_the_run_folder_module_reads_or_writes_the_files_of_a_run():
 
 def test_run_attempts_reads_the_record_once(tmp_path, monkeypatch):
     """The record is read when the folder is opened, and under the lock; never again by the attempts."""
-    import mpskit.rundir as rundir
+    from mpskit.rundir import folder
 
     run = RunDir.create(tmp_path / "run", RunRecord(run_name="r", stage="sft", device="cpu"), "stage: sft\n")
     reads = []
-    monkeypatch.setattr(rundir, "read_record", lambda path: reads.append(path) or RunRecord("r", "sft", "cpu"))
+    monkeypatch.setattr(folder, "read_record", lambda path: reads.append(path) or RunRecord("r", "sft", "cpu"))
     with run.locked("test"):
         assert reads == [run.path]
     source = Path(__file__).parents[1].joinpath("mpskit", "run", "attempts.py").read_text(encoding="utf-8")
@@ -327,14 +319,14 @@ def test_rebuild_record_is_only_for_a_damaged_record_of_a_folder_named_and_made_
 
 
 def test_folders_named_by_the_time_are_made_by_one_process_each(tmp_path):
-    from mpskit.rundir import make_new_folder
+    from mpskit.files import make_new_folder
 
     made = [make_new_folder(tmp_path / "demo-logs" / "20260101-000000") for _ in range(3)]
     assert [path.name for path in made] == ["20260101-000000", "20260101-000000-2", "20260101-000000-3"]
 
 
 def test_a_trainer_log_cut_mid_line_reads_without_its_last_line_and_a_bad_line_is_one_line(tmp_path):
-    from mpskit.rundir import read_log
+    from mpskit.rundir.trainer_log import read_log
 
     log = tmp_path / "trainer_log.jsonl"
     log.write_text('{"current_steps": 1, "loss": 2.0}\n{"current_steps": 2, "loss": 1.9}\n{"current_st')

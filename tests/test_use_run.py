@@ -103,7 +103,7 @@ def test_export_writes_a_model_that_computes_what_the_adapter_does(finished_run,
 HOLD_TARGETS = """
 import contextlib, sys
 from pathlib import Path
-from mpskit.rundir import writing
+from mpskit.files import writing
 with contextlib.ExitStack() as stack:
     for target in sys.argv[1:]:
         stack.enter_context(writing(Path(target), "-o", "the holder"))
@@ -307,7 +307,7 @@ def test_eval_of_a_foodpo_run_reports_what_its_training_evaluation_reported(tiny
 def test_compare_takes_the_held_out_figures_mpskit_eval_wrote_for_a_run_trained_without_them(tmp_path):
     import json
 
-    from mpskit.rundir import Attempt, RunRecord, write_record
+    from mpskit.rundir.record import Attempt, RunRecord, write_record
     from mpskit.tools.compare import summarise_run
 
     run_dir = tmp_path / "output" / "dpo" / "20260101-000000"

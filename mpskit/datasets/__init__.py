@@ -4,5 +4,5 @@ behind them), plain data files told by their shape and registered for the run, a
 Torch: none at module level. (dataset_checks runs the rows through LLaMA-Factory's converter, which
 loads torch, inside the one function that does it, for `mpskit train`.)
 
-May import: mpskit.errors, mpskit.stages, mpskit.temporary, mpskit.files, and this package.
+May import: the shared modules at the bottom (mpskit/*.py and mpskit.rundir), and this package.
 """

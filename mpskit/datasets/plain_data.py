@@ -21,7 +21,8 @@ from pathlib import Path
 from mpskit.datasets.data_shapes import DEFAULT_STAGE, for_stage, read_shape
 from mpskit.datasets.dataset_checks import NOT_A_FILE, read_rows, split_names
 from mpskit.errors import MpskitError
-from mpskit.rundir import DATASET_INFO, write_atomic
+from mpskit.files import write_atomic
+from mpskit.rundir.folder import DATASET_INFO
 from mpskit.stages import stage_of
 from mpskit.temporary import private_folder
 

@@ -5,6 +5,6 @@ tensor by tensor (quantized.py), the trainer log, and the process environment.
 Torch: at module level (the rooms above import these modules only where a run, a chat or an export
 needs them).
 
-May import: mpskit.errors, mpskit.stages, mpskit.rundir, the rooms of the inputs (mpskit.machine,
-mpskit.datasets, mpskit.settings), mpskit.plan, and this package.
+May import: the shared modules at the bottom (mpskit/*.py and mpskit.rundir), the rooms of the inputs
+(mpskit.machine, mpskit.datasets, mpskit.settings), mpskit.plan, and this package.
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 
-from mpskit.rundir import RunRecord
+from mpskit.rundir.record import RunRecord
 
 
 def hide_accelerators() -> None:

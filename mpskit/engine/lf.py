@@ -15,7 +15,8 @@ from pathlib import Path
 
 from mpskit.datasets.token_lengths import read_tokenizer
 from mpskit.errors import MpskitError
-from mpskit.rundir import args_text, write_atomic
+from mpskit.files import write_atomic
+from mpskit.rundir.folder import args_text
 from mpskit.settings.foodpo import FOODPO_KEYS
 from mpskit.settings.knobs import OWN_KEYS
 from mpskit.settings.run_spec import RunSpec

@@ -31,7 +31,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_pt_utils import nested_gather
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from mpskit.rundir import set_aside
+from mpskit.files import set_aside
 
 STAGING = ".saving"
 # In a checkpoint: {"step": N, "loss_sum": the losses of steps 1..N, "train_s": the seconds training took}

@@ -4,5 +4,5 @@ run's keys need.
 
 Torch: none at module level.
 
-May import: mpskit.errors, mpskit.stages, mpskit.presets, and this package.
+May import: the shared modules at the bottom (mpskit/*.py and mpskit.rundir), and this package.
 """

@@ -4,6 +4,6 @@ process of its own).
 
 Torch: none at module level.
 
-May import: mpskit.errors, mpskit.stages, mpskit.rundir, the rooms of the inputs (mpskit.machine,
-mpskit.datasets, mpskit.settings), and this package.
+May import: the shared modules at the bottom (mpskit/*.py and mpskit.rundir), the rooms of the inputs
+(mpskit.machine, mpskit.datasets, mpskit.settings), and this package.
 """

@@ -18,7 +18,7 @@ from mpskit.errors import MpskitError
 from mpskit.plan.duration import steady_step_s
 from mpskit.plan.memory import sequences_per_step
 from mpskit.presets import demo_data_dir
-from mpskit.rundir import RunDir
+from mpskit.rundir.folder import RunDir
 from mpskit.self_command import mpskit_command
 from mpskit.settings.knobs import Knobs, as_words
 

@@ -18,7 +18,7 @@ from mpskit.machine.hardware import Hardware, detect
 from mpskit.plan.duration import steady_step_s
 from mpskit.plan.measure import TIMED_ONLY, train_in_fresh_process
 from mpskit.plan.planner import Plan
-from mpskit.rundir import RunDir
+from mpskit.rundir.folder import RunDir
 from mpskit.settings.knobs import to_args
 from mpskit.temporary import private_folder
 

@@ -4,6 +4,6 @@ before a run folder exists (which `config` shares), then the run folder written 
 
 Torch: none at module level.
 
-May import: every package below it (mpskit.errors, mpskit.stages, mpskit.rundir, mpskit.machine,
-mpskit.datasets, mpskit.settings, mpskit.plan, mpskit.engine, mpskit.run), and this package.
+May import: every package below it (the shared modules at the bottom, mpskit.machine, mpskit.datasets,
+mpskit.settings, mpskit.plan, mpskit.engine, mpskit.run), and this package.
 """

@@ -23,7 +23,7 @@ from mpskit.plan import advice
 from mpskit.plan.memory import GB, checkpoint_bytes, trainable_params
 from mpskit.plan.planner import Plan
 from mpskit.presets import preset_model_dir
-from mpskit.rundir import checkpoint_step, incomplete_reason
+from mpskit.rundir.checkpoints import checkpoint_step, incomplete_reason
 from mpskit.settings import quantization
 from mpskit.settings.knobs import from_args
 from mpskit.settings.resolve import ResolvedRun, cuda_only, other_file

@@ -14,10 +14,11 @@ from mpskit.recipes.from_words import note_device_problems, resolve_from_words
 def write_config(words: list[str]) -> int:
     from mpskit.datasets.plain_data import registration_folder
     from mpskit.engine import lf
+    from mpskit.files import cannot_write, check_file_target, writing
     from mpskit.machine.optional_packages import missing_packages
     from mpskit.recipes.changes import say_changes
     from mpskit.recipes.checks import prepare
-    from mpskit.rundir import cannot_write, check_file_target, new_run_dir, writing
+    from mpskit.rundir.folder import new_run_dir
     from mpskit.settings.knobs import OWN_KEYS
 
     force = "--force" in words

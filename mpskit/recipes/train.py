@@ -30,26 +30,20 @@ from mpskit.run.attempts import run_attempts
 from mpskit.run.awake import kept_awake
 from mpskit.run.quiet import log_lines
 from mpskit.run.summary import summary_lines
-from mpskit.rundir import (
+from mpskit.rundir.checkpoints import checkpoints
+from mpskit.rundir.folder import (
     DATASET_INFO,
-    FINISHED,
-    Attempt,
-    Duration,
-    Ladder,
-    Memory,
     RunDir,
-    RunRecord,
     args_text,
     check_rebuildable,
-    checkpoints,
     claim_run_dir,
     latest_run_dir,
-    read_log,
     read_yaml,
     real_run_path,
-    recoverable_fields,
     release,
 )
+from mpskit.rundir.record import FINISHED, Attempt, Duration, Ladder, Memory, RunRecord, recoverable_fields
+from mpskit.rundir.trainer_log import read_log
 from mpskit.settings import knobs
 from mpskit.settings.resolve import ResolvedRun
 from mpskit.settings.run_spec import RunSpec
@@ -186,7 +180,7 @@ def resume(run_dir: str | Path | None = None, rebuild: bool = False, data: dict[
 
 
 def rebuild_record(path: Path) -> RunDir:
-    """A record for a run folder whose mpskit.json is damaged or gone (rundir.check_rebuildable), from
+    """A record for a run folder whose mpskit.json is damaged or gone (rundir.folder.check_rebuildable), from
     what the folder still holds: llamafactory.yaml (the arguments), the fields of the damaged record
     that still read (mpskit's own keys such as the lean paths, the dims, the process layout), this
     machine (the device and its MPS variables), and one attempt when it trained before: finished when

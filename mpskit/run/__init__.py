@@ -5,6 +5,6 @@ awake, and the plots a run leaves.
 Torch: at module level in callbacks, monitor and progress (TrainerCallbacks), which an attempt
 imports once the engine is imported.
 
-May import: mpskit.errors, mpskit.stages, mpskit.rundir, the rooms of the inputs (mpskit.machine,
-mpskit.datasets, mpskit.settings), mpskit.plan, mpskit.engine, and this package.
+May import: the shared modules at the bottom (mpskit/*.py and mpskit.rundir), the rooms of the inputs
+(mpskit.machine, mpskit.datasets, mpskit.settings), mpskit.plan, mpskit.engine, and this package.
 """

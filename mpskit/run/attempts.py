@@ -23,13 +23,15 @@ from typing import NoReturn
 
 from mpskit.engine import lf
 from mpskit.errors import Interrupted, MpskitError, NextRung, RunFailed
+from mpskit.files import set_aside, write_atomic
 from mpskit.machine.launch import inside_launch, rank
 from mpskit.plan.duration import steady_step_s
 from mpskit.run.boundary import keep_traceback, one_line
 from mpskit.run.oom import OutOfMemory, recognise
 from mpskit.run.quiet import LOG_FILE
 from mpskit.run.signals import SignalGuard, Stopped
-from mpskit.rundir import FINISHED, Attempt, Duration, Ladder, Memory, RunDir, point_latest, set_aside, write_atomic
+from mpskit.rundir.folder import RunDir, point_latest
+from mpskit.rundir.record import FINISHED, Attempt, Duration, Ladder, Memory
 from mpskit.settings.knobs import LADDER, OWN_KEYS, Knobs, as_words, effective_batch, from_args, next_rung, to_args
 from mpskit.settings.run_spec import RunSpec
 

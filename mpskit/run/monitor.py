@@ -28,7 +28,7 @@ import psutil
 from transformers import TrainerCallback
 
 from mpskit.engine.quantized import trim_heap
-from mpskit.rundir import Measured
+from mpskit.rundir.record import Measured
 
 GB = 1024**3
 

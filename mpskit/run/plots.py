@@ -11,7 +11,7 @@ import json
 import statistics
 from pathlib import Path
 
-from mpskit.rundir import FINISHED, Attempt, RunRecord
+from mpskit.rundir.record import FINISHED, Attempt, RunRecord
 
 
 def run_title(record: RunRecord) -> str:

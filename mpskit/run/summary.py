@@ -11,7 +11,8 @@ from pathlib import Path
 
 import psutil
 
-from mpskit.rundir import WEIGHT_FILES, RunDir
+from mpskit.rundir.checkpoints import WEIGHT_FILES
+from mpskit.rundir.folder import RunDir
 from mpskit.stages import stage_of
 
 ADAPTER = "adapter_model.safetensors"

@@ -5,6 +5,6 @@ one training attempt runs: LLaMA-Factory's arguments and mpskit's own settings, 
 
 Torch: none at module level.
 
-May import: mpskit.errors, mpskit.stages, mpskit.presets, mpskit.rundir, mpskit.machine, mpskit.datasets,
-and this package.
+May import: the shared modules at the bottom (mpskit/*.py and mpskit.rundir), mpskit.machine,
+mpskit.datasets, and this package.
 """

@@ -11,7 +11,8 @@ import statistics
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.rundir import RunDir, cannot_write, writing
+from mpskit.files import cannot_write, writing
+from mpskit.rundir.folder import RunDir
 from mpskit.settings.run_spec import RunSpec
 
 SCALE = "pref_beta_scale"  # the column named after fooDPO's setting (read from the run's RunSpec)

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.files import make_new_folder
 from mpskit.presets import demo_data_dir
 from mpskit.run.quiet import is_verbose
-from mpskit.rundir import RunDir, make_new_folder
+from mpskit.rundir.folder import RunDir
 from mpskit.self_command import mpskit_command
 
 STAGES = ("sft", "dpo", "foodpo")

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from mpskit.errors import MpskitError
-from mpskit.rundir import RunDir, is_run_dir
+from mpskit.rundir.folder import RunDir, is_run_dir
 
 
 def run_lines(root: str | Path = "output") -> list[str]:

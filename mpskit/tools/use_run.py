@@ -12,7 +12,7 @@ from pathlib import Path
 from mpskit import output_folder
 from mpskit.errors import MpskitError
 from mpskit.run.quiet import library_output
-from mpskit.rundir import RunDir, latest_run_dir
+from mpskit.rundir.folder import RunDir, latest_run_dir
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 MODEL_FILES = ("config.json", "model.safetensors")  # a full fine-tune's: the run folder is the model (or its index)

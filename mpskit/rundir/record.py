@@ -1,0 +1,281 @@
+"""The run record, mpskit.json: its fields written down once as `RunRecord` and its sections
+(`Attempt`, `Memory`, `Duration`, `Ladder`, `Measured`), and its reading, which checks each field's
+type and names a wrong one in one line. No torch import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpskit.errors import MpskitError
+from mpskit.files import write_atomic
+
+RECORD = "mpskit.json"
+FINISHED = "finished"
+
+
+@dataclass
+class Measured:
+    """What the memory monitor measured in one attempt (run/monitor.py): GB above the process before any
+    model loaded (baseline_gb), and seconds."""
+
+    device: str = ""
+    baseline_gb: float = 0.0
+    peak_gb: float = 0.0  # the process's own
+    training_gb: float = 0.0  # the peak above the baseline: "peak train memory", the plan's figure
+    loaded_gb: float = 0.0  # after the model loaded, before the first step
+    loading_peak_gb: float = 0.0  # the highest until then
+    step_gb: float | None = None  # the highest in training steps, evaluations left out (None: not kept apart)
+    eval_gb: float | None = None  # the highest in a held-out evaluation (None: none ran, or not kept apart)
+    step_seconds: list[float] = field(default_factory=list)  # each optimizer step's wall time
+    train_began_s: float | None = None  # seconds since the monitor started
+    eval_spans_s: list[list[float]] = field(default_factory=list)  # [begin, end] of each evaluation
+    samples_gb: list[list[float]] = field(default_factory=list)  # [seconds, GB], at most 300, for memory.png
+    other_keys: dict = field(default_factory=dict)
+
+
+@dataclass
+class Attempt:
+    """One training attempt in a run folder, however it ended."""
+
+    attempt: int
+    knobs: dict = field(default_factory=dict)  # the memory knobs it trained with, as arguments
+    resumed_from: str | None = None  # checkpoint-N, or None from step 0
+    outcome: str = ""  # "finished", "stopped by SIGINT ...", "out of memory", "error: ..."
+    measured: Measured | None = None  # None: it ended before the monitor started
+    predicted_gb: float | None = None  # the plan's training memory at this attempt's knobs
+    lean_logits: dict | None = None  # what each lean path did (lean_trainers.LeanPath.report)
+    lean_attention: dict | None = None
+    device_figures: dict | None = None  # out of memory: the device's own figures
+    next_rung: str | None = None  # out of memory: what the ladder moved next
+    other_keys: dict = field(default_factory=dict)  # keys this mpskit does not know (a newer one's): kept
+
+    def __post_init__(self) -> None:
+        self.measured = _measured(self.measured)
+
+
+@dataclass
+class Memory:
+    """A run's memory plan and what its attempts measured, in GB."""
+
+    predicted: dict = field(default_factory=dict)  # memory.Estimate.as_dict(): parts_gb, training_gb, framework_gb
+    # what the plan was computed from, so that a rung of the out-of-memory ladder is planned the same way:
+    dims: dict = field(default_factory=dict)  # memory.ModelDims
+    knobs: dict = field(default_factory=dict)  # knobs.Knobs of the latest plan (a rung's, after one)
+    longest_batch: int | None = None  # the longest sequence the data makes (None: cutoff_len)
+    budget_gb: float | None = None
+    budget: str = ""  # where the budget comes from
+    planner_changes: list[str] = field(default_factory=list)
+    measured: Measured | None = None  # the latest attempt's, without its samples
+    error: float | None = None  # (predicted - measured) / measured training memory, of the latest attempt
+    other_keys: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.measured = _measured(self.measured)
+
+    @property
+    def predicted_training_gb(self) -> float | None:
+        return self.predicted.get("training_gb")
+
+
+@dataclass
+class Duration:
+    """How long a run was predicted to take (duration.RunDuration) and took, over every attempt."""
+
+    predicted_step_s: float | None = None
+    predicted_s: float | None = None
+    steps: int | None = None
+    examples: int | None = None
+    epochs: float | None = None
+    source: str = ""  # where the throughput figures come from
+    measured_figures: bool = False  # whether they were measured on this machine
+    unmeasured: str = ""  # why no duration was predicted (a quantized base on a device never timed so)
+    measured_s: float = 0.0  # the training steps' time
+    measured_steps: int = 0
+    measured_step_s: float | None = None  # median
+    error: float | None = None  # (predicted - measured) / measured, once finished
+    other_keys: dict = field(default_factory=dict)
+
+
+@dataclass
+class Ladder:
+    """What the out-of-memory fallback may move: the planner's free knobs and the cutoff floor."""
+
+    free: list[str]
+    cutoff_floor: int
+    other_keys: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunRecord:
+    """mpskit.json: what was asked and decided before the run, then one entry per attempt."""
+
+    run_name: str
+    stage: str
+    device: str
+    hardware: dict = field(default_factory=dict)  # the profile's fields
+    layers: list[str] = field(default_factory=list)  # the preset files merged, in order
+    environment: dict[str, str] = field(default_factory=dict)  # MPS variables exported for the run
+    mps_hidden: bool = False
+    llamafactory_args: dict = field(default_factory=dict)  # exactly what llamafactory.yaml says
+    mpskit_args: dict = field(default_factory=dict)  # mpskit's own run keys (lean paths), never in the YAML
+    changed_from_given: dict = field(default_factory=dict)  # no preset: key -> [user's value, written value]
+    model_dims: dict = field(default_factory=dict)
+    data_rows: dict[str, int] = field(default_factory=dict)  # plain data files: entry name -> rows, checked if moved
+    memory: Memory = field(default_factory=Memory)
+    duration: Duration = field(default_factory=Duration)
+    ladder: Ladder | None = None  # None: nothing may move (a rebuilt record)
+    processes: list[int] = field(default_factory=lambda: [1, 1])  # per node, nodes
+    keep_awake: bool = True  # macOS: caffeinate while the run trains
+    command: list[str] = field(default_factory=list)
+    started: str = ""
+    versions: dict = field(default_factory=dict)
+    attempts: list[Attempt] = field(default_factory=list)
+    other_keys: dict = field(default_factory=dict)  # keys this mpskit does not know (a newer one's): kept
+
+    def __post_init__(self) -> None:
+        """Read from JSON, the sections are dicts: typed here (keys this mpskit does not know kept aside)."""
+        self.memory = _typed(Memory, self.memory)
+        self.duration = _typed(Duration, self.duration)
+        self.ladder = _typed(Ladder, self.ladder) if self.ladder else None
+        self.attempts = [_typed(Attempt, entry) for entry in self.attempts]
+
+
+def _measured(value: Measured | dict | None) -> Measured | None:
+    """A monitor's figures read from JSON ({} in a record from before they were typed: none)."""
+    return _typed(Measured, value) if value else None
+
+
+def _typed(cls: type, value: object):
+    if isinstance(value, cls):
+        return value
+    known = {f.name for f in dataclasses.fields(cls)} - {"other_keys"}
+    other = {key: item for key, item in value.items() if key not in known}
+    return cls(**{key: item for key, item in value.items() if key in known}, other_keys=other)
+
+
+def write_record(run_dir: Path, record: RunRecord) -> None:
+    write_atomic(run_dir / RECORD, json.dumps(_as_data(record), indent=2, default=str) + "\n")
+
+
+def _as_data(value: object) -> object:
+    """The record as JSON data: each section's fields, then the keys it did not know, where they were."""
+    if dataclasses.is_dataclass(value):
+        fields = {f.name: _as_data(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "other_keys"}
+        return {**fields, **value.other_keys}
+    if isinstance(value, list):
+        return [_as_data(item) for item in value]
+    return value
+
+
+def read_record(run_dir: Path) -> RunRecord:
+    """The run's record, each field of the type the record gives it; a damaged one is one line that
+    names the field (or why it does not read) and --rebuild-record."""
+    fix = f"rebuild it from llamafactory.yaml and the checkpoints: mpskit train --resume {run_dir} --rebuild-record"
+    try:
+        data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError("not a mapping")
+    except (OSError, ValueError, TypeError, RecursionError) as err:
+        raise MpskitError(f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})", fix) from err
+    if damage := _damage(data, RunRecord, ""):
+        raise MpskitError(f"{run_dir / RECORD} is damaged: {damage}", fix)
+    known = {f.name for f in dataclasses.fields(RunRecord)} - {"other_keys"}
+    other = {key: value for key, value in data.items() if key not in known}
+    return RunRecord(**{key: value for key, value in data.items() if key in known}, other_keys=other)
+
+
+# Keys of the plan's figures (Memory.predicted) that readers do arithmetic with: a number, or numbers
+# in a list (of numbers or of pairs) or a mapping. (The monitor's are typed: Measured.)
+FIGURE_SUFFIXES = ("_gb", "_s", "_seconds")
+
+
+def _damage(data: dict, cls: type, where: str) -> str | None:
+    """What in DATA (a record section read from JSON) is not of the type CLS gives it; None if all is.
+    Keys CLS does not know are a newer mpskit's and pass; a missing field takes its default, or is
+    damage where it has none."""
+    hints = typing.get_type_hints(cls)
+    for item in dataclasses.fields(cls):
+        name = f"{where}{item.name}"
+        if item.name not in data:
+            no_default = item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING
+            if no_default and item.name != "other_keys":
+                return f"{name} is missing"
+            continue
+        value, hint = data[item.name], hints[item.name]
+        if not is_of(value, hint):
+            return f"{name} is {json.dumps(value)[:40]}, not {_type_words(hint)}"
+        inner = [h for h in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(h)]
+        if inner and isinstance(value, dict) and (damage := _damage(value, inner[0], f"{name}.")):
+            return damage
+        if hint == list[Attempt]:
+            for number, entry in enumerate(value, start=1):
+                if damage := _damage(entry, Attempt, f"{name}[{number}]."):
+                    return damage
+        if item.name == "predicted" and (damage := _figure_damage(value, name)):
+            return damage
+    return None
+
+
+def _figure_damage(figures: dict, where: str) -> str | None:
+    for key, figure in figures.items():
+        numbers = figure.values() if isinstance(figure, dict) else figure if isinstance(figure, list) else [figure]
+        if isinstance(figure, list) and all(isinstance(entry, list) and len(entry) == 2 for entry in figure):
+            numbers = [number for pair in figure for number in pair]  # samples: [seconds, GB]; spans
+        if key.endswith(FIGURE_SUFFIXES) and not all(is_of(number, float | None) for number in numbers):
+            return f"{where}.{key} is {json.dumps(figure)[:40]}, not a figure"
+    return None
+
+
+def is_of(value, hint) -> bool:
+    """Whether a value read from JSON is of the type HINT (int | None, list[str], a dataclass: a
+    mapping); a bool is no number, and an int is a float."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(is_of(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint in (int, float):
+        return isinstance(value, int if hint is int else int | float) and not isinstance(value, bool)
+    if origin is list:
+        return isinstance(value, list) and all(is_of(entry, args[0]) for entry in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(is_of(entry, args[1]) for entry in value.values())
+    if dataclasses.is_dataclass(hint):
+        return isinstance(value, dict)
+    return isinstance(value, origin or hint)
+
+
+def _type_words(hint) -> str:
+    words = {str: "text", int: "a whole number", float: "a number", bool: "true or false", dict: "a mapping",
+             type(None): "null"}  # fmt: skip
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        return " or ".join(_type_words(arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is list:
+        return f"a list of {_type_words(typing.get_args(hint)[0]).removeprefix('a ')}s"
+    if typing.get_origin(hint) is dict:
+        return f"a mapping to {_type_words(typing.get_args(hint)[1]).removeprefix('a ')}s"
+    return words.get(hint, "a mapping")
+
+
+# Fields a damaged record may still hold readably, with their types: a rebuilt record keeps them.
+RECOVERABLE = ("run_name", "mpskit_args", "model_dims", "layers", "keep_awake", "processes", "started",
+               "changed_from_given", "data_rows")  # fmt: skip
+
+
+def recoverable_fields(run_dir: Path) -> dict:
+    """What of a damaged record still reads with the right type (RECOVERABLE): the lean paths, the
+    model's dims, the process layout... {} when it is not JSON."""
+    try:
+        data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    hints = typing.get_type_hints(RunRecord)
+    return {key: data[key] for key in RECOVERABLE if key in data and is_of(data[key], hints[key])}
