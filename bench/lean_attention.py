@@ -63,7 +63,7 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
     import yaml
 
     from mpskit.engine import lf
-    from mpskit.engine.environment import hide_accelerators
+    from mpskit.engine.bends import hide_accelerators
     from mpskit.plan import memory
 
     arm, _, block_mib = arm.partition(":")  # lean:32 is lean attention with 32 MiB blocks

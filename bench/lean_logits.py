@@ -89,7 +89,7 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
     import yaml
 
     from mpskit.engine import lf
-    from mpskit.engine.environment import hide_accelerators
+    from mpskit.engine.bends import hide_accelerators
 
     if device == "cpu":
         hide_accelerators()

@@ -20,7 +20,7 @@ fake_mps = functools.lru_cache(lambda: True)
 torch.backends.mps.is_available = fake_mps
 torch.backends.mps.is_built = fake_mps
 if sys.argv[1] == "hide":
-    from mpskit.engine.environment import hide_accelerators
+    from mpskit.engine.bends import hide_accelerators
     hide_accelerators()
 
 from accelerate.utils import is_mps_available

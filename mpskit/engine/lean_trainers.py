@@ -26,6 +26,7 @@ from mpskit.engine.lean_logits import final_hidden_states, mean_logit_per_positi
 from mpskit.engine.lean_switch import LeanSwitch
 from mpskit.engine.resumable import Resumable
 from mpskit.errors import MpskitError
+from mpskit.settings.foodpo import FooDPOConfig
 
 CustomDPOTrainer = lf_dpo_trainer.CustomDPOTrainer
 CustomSeq2SeqTrainer = lf_sft_workflow.CustomSeq2SeqTrainer
@@ -173,11 +174,16 @@ def check_seam() -> None:
         )
 
 
-def install(lean: LeanPath, attention: LeanAttention, dpo_trainer: type = LeanDPOTrainer, **dpo_kwargs) -> None:
-    """Make LLaMA-Factory's SFT and DPO workflows build these trainers in this process."""
+def trainers(lean: LeanPath, attention: LeanAttention, foodpo: FooDPOConfig | None) -> tuple:
+    """What LLaMA-Factory's SFT and DPO workflows build in a run (bends.LEAN): the lean trainers, and
+    for stage: foodpo the fooDPO trainer."""
     check_seam()
-    lf_sft_workflow.CustomSeq2SeqTrainer = functools.partial(LeanSFTTrainer, lean=lean, attention=attention)
-    lf_dpo_trainer.CustomDPOTrainer = functools.partial(dpo_trainer, lean=lean, attention=attention, **dpo_kwargs)
+    sft = functools.partial(LeanSFTTrainer, lean=lean, attention=attention)
+    if foodpo is None:
+        return sft, functools.partial(LeanDPOTrainer, lean=lean, attention=attention)
+    from mpskit.engine.foodpo_trainer import FooDPOTrainer
+
+    return sft, functools.partial(FooDPOTrainer, lean=lean, attention=attention, foodpo=foodpo)
 
 
 def build_trainer(args: dict, trainer_class):

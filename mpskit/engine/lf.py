@@ -7,7 +7,6 @@ callers can set the environment and hide devices first.
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import difflib
 import importlib.util
@@ -20,7 +19,6 @@ from mpskit.rundir.folder import args_text
 from mpskit.settings.foodpo import FOODPO_KEYS
 from mpskit.settings.knobs import OWN_KEYS
 from mpskit.settings.run_spec import RunSpec
-from mpskit.stages import stage_of
 
 # mpskit's own run keys for the lean paths: kept out of the written YAML, which must also run under
 # plain `llamafactory-cli train` (where LLaMA-Factory's own paths run), and recorded in mpskit.json.
@@ -260,41 +258,15 @@ def import_engine():
 
 
 def run(spec: RunSpec, callbacks: list | None = None) -> tuple[dict, dict]:
-    """Train through LLaMA-Factory's own entry point, exactly as `llamafactory-cli train` does.
-
-    Narrow swaps first: trainer_log.jsonl keeps every logged metric; the pt, rm and kto workflows build
-    resumable trainers (resumable.py); the SFT and DPO workflows build mpskit's lean trainers
-    (LLaMA-Factory's own, with one method replaced, and lean attention set on their models);
-    `stage: foodpo` becomes LLaMA-Factory's DPO workflow building the fooDPO trainer. A base quantized
-    as it loads is read tensor by tensor, never memory-mapped, on glibc the heap is trimmed before
-    each decoder layer runs, and its 4-bit layers keep their training layout through evaluations
-    (quantized.py).
+    """Train through LLaMA-Factory's own entry point, exactly as `llamafactory-cli train` does, within
+    the bends a run needs (bends.py lists them: the full trainer log, resumable trainers for pt, rm and
+    kto, the lean trainers for SFT and DPO, fooDPO's for `stage: foodpo`, which runs as LLaMA-Factory's
+    DPO workflow, and a quantized base's reading and layout).
     Returns what each lean path did, lean logits' and lean attention's (for mpskit.json).
     """
-    from mpskit.engine import lean_trainers, resumable, trainer_log
-    from mpskit.engine.lean_attention import LeanAttention
+    from mpskit.engine.bends import training_bends
 
     run_exp = import_engine()
-
-    trainer_log.install()
-    resumable.install()
-    lean_stage = stage_of(spec.args.get("stage")).lean
-    lean = lean_trainers.LeanPath(bool(spec.lean.lean_logits) and lean_stage)
-    # auto (None) lean attention runs only where the planner turned it on
-    attention = LeanAttention(bool(spec.lean.lean_attention) and lean_stage)
-    if spec.foodpo is not None:
-        from mpskit.engine.foodpo_trainer import FooDPOTrainer
-
-        lean_trainers.install(lean, attention, FooDPOTrainer, foodpo=spec.foodpo)
-    else:
-        lean_trainers.install(lean, attention)
-    args = spec.engine_args()
-    with contextlib.ExitStack() as quantized:
-        if args.get("quantization_bit") is not None:
-            from mpskit.engine.quantized import read_on_demand, training_layout, trim_between_layers
-
-            quantized.enter_context(read_on_demand())
-            quantized.enter_context(trim_between_layers())
-            quantized.enter_context(training_layout())
-        run_exp(args, callbacks=callbacks or [])
+    with training_bends(spec) as (lean, attention):
+        run_exp(spec.engine_args(), callbacks=callbacks or [])
     return lean.report, attention.report

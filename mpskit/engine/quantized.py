@@ -4,11 +4,19 @@ transformers quantizes a 16-bit checkpoint one weight at a time as it loads it, 
 shards through memory maps. Every page it reads to quantize stays mapped, and the 16-bit tensors it
 keeps (embeddings, norms, the output layer) are views that keep their shards mapped for the whole
 run: the process then holds the whole 16-bit base besides the quantized one (on this CPU, 1.5 GB
-above the imports for a 268M-weight model whose 16-bit run takes 0.8 GB). `read_on_demand` has the
-loader read each tensor with a plain file read instead: its bytes live in memory of their own until
-the weight is quantized, and the checkpoint's pages are never mapped. 16-bit runs keep the maps
-(their weights are read in place). In training, `trim_between_layers` hands back the pages of the
-dequantized copies that glibc keeps. Imports torch.
+above the imports for a 268M-weight model whose 16-bit run takes 0.8 GB). `SafeFileOnDemand` has
+the loader read each tensor with a plain file read instead (bends.READ_ON_DEMAND): its bytes live in
+memory of their own until the weight is quantized, and the checkpoint's pages are never mapped.
+16-bit runs keep the maps (their weights are read in place). In training, `trim_between_layers`
+hands back the pages of the dequantized copies that glibc keeps.
+
+On a CPU with AVX512-BF16, bitsandbytes' `Linear4bit.forward` repacks its weight for a faster
+inference kernel the first time it runs in eval mode without gradients (a held-out evaluation), and
+nothing packs it back: the next training step then fails in `matmul_4bit`, which adds a layer's bias
+in place (Qwen's q/k/v) to a result that requires grad. A training run says it has no AVX512-BF16
+(bends.TRAINING_LAYOUT), so a held-out evaluation runs the very kernel training runs, and training
+goes on after it. MPS and CUDA never take that branch (it is for CPU inputs only); `mpskit chat` and
+`eval`, which never train, keep the fast inference layout. Imports torch.
 """
 
 from __future__ import annotations
@@ -127,17 +135,6 @@ class SafeFileOnDemand:
         self._file.close()
 
 
-@contextlib.contextmanager
-def read_on_demand() -> Iterator[None]:
-    """Within: transformers' loader reads .safetensors files through SafeFileOnDemand."""
-    mapped = modeling_utils.safe_open
-    modeling_utils.safe_open = SafeFileOnDemand
-    try:
-        yield
-    finally:
-        modeling_utils.safe_open = mapped
-
-
 def _trim_before_decoder_layer(module: torch.nn.Module, inputs: tuple) -> None:
     if type(module).__name__.endswith("DecoderLayer"):
         trim_heap()
@@ -161,28 +158,6 @@ def trim_between_layers() -> Iterator[None]:
         yield
     finally:
         handle.remove()
-
-
-@contextlib.contextmanager
-def training_layout() -> Iterator[None]:
-    """Within: 4-bit layers keep the weight layout they train with, in evaluation too.
-
-    On a CPU with AVX512-BF16, bitsandbytes' `Linear4bit.forward` repacks its weight for a faster
-    inference kernel the first time it runs in eval mode without gradients (a held-out evaluation), and
-    nothing packs it back: the next training step then fails in `matmul_4bit`, which adds a layer's bias
-    in place (Qwen's q/k/v) to a result that requires grad. A layer built within never repacks, so a
-    held-out evaluation runs the very kernel training runs, and training goes on after it. MPS and CUDA
-    never take that branch (it is for CPU inputs only); `mpskit chat` and `eval`, which never train,
-    keep the fast inference layout."""
-    import_bitsandbytes()
-    from bitsandbytes.nn import modules
-
-    detected = modules.has_avx512bf16
-    modules.has_avx512bf16 = lambda: False
-    try:
-        yield
-    finally:
-        modules.has_avx512bf16 = detected
 
 
 def round_trip(device: str) -> float:

@@ -1,5 +1,5 @@
 """What makes a run resume exactly, as a mixin for mpskit's trainers (lean_trainers.py: sft, dpo,
-foodpo) and for LLaMA-Factory's own trainers of the other stages (`install`: pt, rm, kto).
+foodpo) and for LLaMA-Factory's own trainers of the other stages (`resumable`: pt, rm, kto).
 
 - A checkpoint appears only when it is complete: transformers writes `checkpoint-N` in place, file by
   file, so a kill or a full disk mid-save leaves a folder that looks like a checkpoint and is not.
@@ -131,20 +131,6 @@ class Resumable:
         self.accelerator.wait_for_everyone()
 
 
-# The stages LLaMA-Factory trains with its own trainers under mpskit: (workflow module, trainer name)
-OWN_TRAINERS = {
-    "pt": ("llamafactory.train.pt.workflow", "CustomTrainer"),
-    "rm": ("llamafactory.train.rm.workflow", "PairwiseTrainer"),
-    "kto": ("llamafactory.train.kto.workflow", "CustomKTOTrainer"),
-}
-
-
-def install() -> None:
-    """Make LLaMA-Factory's pt, rm and kto workflows build their trainers with Resumable mixed in."""
-    import importlib
-
-    for module_name, name in OWN_TRAINERS.values():
-        module = importlib.import_module(module_name)
-        trainer = getattr(module, name)
-        if not issubclass(trainer, Resumable):
-            setattr(module, name, type(f"Resumable{name}", (Resumable, trainer), {}))
+def resumable(trainer: type) -> type:
+    """One of LLaMA-Factory's own trainers (pt, rm, kto) with Resumable mixed in (bends.RESUMABLE)."""
+    return type(f"Resumable{trainer.__name__}", (Resumable, trainer), {})

@@ -2,7 +2,7 @@
 
 LLaMA-Factory's LogCallback writes a fixed handful of keys (loss, accuracy, lr, ...), dropping DPO's
 rewards/margins and fooDPO's dynamic_beta. This subclass adds the rest of each log entry to the
-same line. It replaces the LogCallback that run_exp appends, so it writes through the same
+same line. It replaces the LogCallback that run_exp appends (bends.LOG), so it writes through the same
 single-worker thread pool, in order.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import math
 
-from llamafactory.train import tuner
 from llamafactory.train.callbacks import LogCallback
 
 
@@ -32,6 +31,3 @@ class FullLogCallback(LogCallback):
         extras = self._extras.popleft() if self._extras else {}
         super()._write_log(output_dir, {**logs, **{k: v for k, v in extras.items() if k not in logs}})
 
-
-def install() -> None:
-    tuner.LogCallback = FullLogCallback

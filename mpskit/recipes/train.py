@@ -16,7 +16,8 @@ from pathlib import Path
 
 from mpskit.datasets.plain_data import dataset_info_text, moved_to, row_counts
 from mpskit.engine import lf
-from mpskit.engine.environment import enter_run_environment, hide_accelerators
+from mpskit.engine.bends import hide_accelerators
+from mpskit.engine.environment import enter_run_environment
 from mpskit.errors import MpskitError, NextRung
 from mpskit.machine.hardware import detect, installed_version
 from mpskit.machine.launch import inside_launch, launch

@@ -75,13 +75,12 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
     user asked for transformers' bar (`disable_tqdm: false`), so it stays (the log dicts it prints
     under it go where prints go).
     Yields the open log file (None without `log_dir`), for mpskit's own lines."""
+    from mpskit.engine import bends
     from mpskit.engine.quantized import import_bitsandbytes
 
     import_bitsandbytes()  # before the libraries that import it, so that its import says nothing
     import datasets
-    import transformers.trainer
     from llamafactory.extras import logging as lf_logging
-    from transformers import TrainerCallback
     from transformers.utils import logging as hf_logging
 
     verbose = is_verbose()
@@ -89,7 +88,6 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
     loggers = [logging.getLogger(name) for name in LIBRARIES]
     handlers = [handler for logger in loggers for handler in logger.handlers if type(handler) is logging.StreamHandler]
     saved = [(handler, handler.level) for handler in handlers]
-    saved_callbacks = transformers.trainer.DEFAULT_PROGRESS_CALLBACK, transformers.trainer.PrinterCallback
     with contextlib.ExitStack() as stack:
         log_file = stack.enter_context(open(log_dir / LOG_FILE, "a", encoding="utf-8")) if log_dir else None
         file_handler = _LogFileHandler(log_file) if log_file else None
@@ -107,8 +105,8 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
         if not verbose:
             hf_logging.disable_progress_bar()
             datasets.disable_progress_bars()
-            if not keep_progress_bar:  # a callback that does nothing
-                transformers.trainer.DEFAULT_PROGRESS_CALLBACK = transformers.trainer.PrinterCallback = TrainerCallback
+            if not keep_progress_bar:
+                stack.enter_context(bends.silent_trainer())
         if not verbose:
             stack.enter_context(warnings.catch_warnings())
             for message in WARNINGS_NOISE:
@@ -124,7 +122,6 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
             for handler, level in saved:  # on stderr from now on: stdout is mpskit's
                 handler.setLevel(level)
                 handler.removeFilter(_not_noise)
-            transformers.trainer.DEFAULT_PROGRESS_CALLBACK, transformers.trainer.PrinterCallback = saved_callbacks
             hf_logging.enable_progress_bar()
             datasets.enable_progress_bars()
 

@@ -1,0 +1,151 @@
+"""Every place mpskit bends a library it runs on, listed once with the versions it was checked on,
+and installed from here.
+
+A bend replaces one name in a library's module so that the library's own code path runs mpskit's
+piece: LLaMA-Factory's workflows build mpskit's trainers, transformers' loader reads a 4-bit base
+tensor by tensor, and so on. Each is narrow, and each breaks silently when a new version renames or
+reshapes what it replaces, so `check` compares the installed versions with the ones a bend was
+checked on, and `training_bends` warns of any difference before a run trains. (Two more changes use
+the libraries' public hooks, not a replaced name: lean attention sets an attention function on the
+model itself, and quantized.trim_between_layers registers a global forward hook.)
+
+Imports torch and the libraries only inside the functions that install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.metadata
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from mpskit.errors import warn
+
+if TYPE_CHECKING:
+    from mpskit.settings.run_spec import RunSpec
+
+
+@dataclass(frozen=True)
+class Bend:
+    targets: tuple[str, ...]  # "module:name", each replaced
+    package: str  # the distribution the targets belong to
+    checked: str  # the versions of it the bend was checked on (a PEP 440 specifier)
+    why: str
+
+
+LOG = Bend(("llamafactory.train.tuner:LogCallback",), "llamafactory", "==0.9.5",
+           "trainer_log.jsonl keeps every metric logged, DPO's rewards and fooDPO's beta too (trainer_log.py)")
+RESUMABLE = Bend(("llamafactory.train.pt.workflow:CustomTrainer", "llamafactory.train.rm.workflow:PairwiseTrainer",
+                  "llamafactory.train.kto.workflow:CustomKTOTrainer"), "llamafactory", "==0.9.5",
+                 "the pt, rm and kto trainers save whole checkpoints and resume exactly (resumable.py)")
+LEAN = Bend(("llamafactory.train.sft.workflow:CustomSeq2SeqTrainer", "llamafactory.train.dpo.trainer:CustomDPOTrainer"),
+            "llamafactory", "==0.9.5",
+            "the SFT and DPO workflows build mpskit's lean trainers, fooDPO's for stage: foodpo (lean_trainers.py)")
+READ_ON_DEMAND = Bend(("transformers.modeling_utils:safe_open",), "transformers", "==5.6.0",
+                      "a base quantized as it loads is read tensor by tensor, never memory-mapped (quantized.py)")
+TRAINING_LAYOUT = Bend(("bitsandbytes.nn.modules:has_avx512bf16",), "bitsandbytes", "==0.50.2",
+                       "4-bit layers keep their training layout through a held-out evaluation (quantized.py)")
+NO_ACCELERATOR = Bend(("torch.backends.mps:is_available", "torch.backends.mps:is_built"), "torch", ">=2.11,<2.15",
+                      "a run on the CPU sees no MPS device, so nothing lands on it (hide_accelerators)")
+SILENT = Bend(("transformers.trainer:DEFAULT_PROGRESS_CALLBACK", "transformers.trainer:PrinterCallback"),
+              "transformers", "==5.6.0",
+              "the trainer prints no progress bar or log lines where mpskit prints its own (run/quiet.py)")
+BENDS = (LOG, RESUMABLE, LEAN, READ_ON_DEMAND, TRAINING_LAYOUT, NO_ACCELERATOR, SILENT)  # fmt: skip
+
+
+def check(bends: tuple[Bend, ...] = BENDS) -> list[str]:
+    """One line for each bend whose library is installed at a version it was not checked on."""
+    problems = []
+    for bend in bends:
+        try:
+            installed = Version(importlib.metadata.version(bend.package))
+        except (importlib.metadata.PackageNotFoundError, InvalidVersion):
+            continue  # not installed (bitsandbytes on an Intel Mac): the bend is never installed either
+        if installed not in SpecifierSet(bend.checked):
+            problems.append(f"mpskit replaces {', '.join(bend.targets)}, checked on {bend.package}{bend.checked}; "
+                            f"this is {installed}: if the run fails there, install the tested versions (make install)")
+    return problems
+
+
+@contextlib.contextmanager
+def replaced(target: str, value: object) -> Iterator[None]:
+    """Within: TARGET ("module:name") is VALUE; what it was comes back after."""
+    module_name, name = target.split(":")
+    module = importlib.import_module(module_name)
+    before = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, before)
+
+
+@contextlib.contextmanager
+def training_bends(spec: RunSpec) -> Iterator[tuple]:
+    """Within: every bend a training run of SPEC needs (the 4-bit ones for a quantized base). Gives
+    the run's lean paths (lean_trainers.LeanPath, lean_attention.LeanAttention), whose reports say
+    which path ran."""
+    from mpskit.engine import lean_trainers, quantized, resumable
+    from mpskit.engine.lean_attention import LeanAttention
+    from mpskit.engine.trainer_log import FullLogCallback
+    from mpskit.stages import stage_of
+
+    for problem in check():
+        warn(problem)
+    lean_stage = stage_of(spec.args.get("stage")).lean
+    lean = lean_trainers.LeanPath(bool(spec.lean.lean_logits) and lean_stage)
+    # auto (None) lean attention runs only where the planner turned it on
+    attention = LeanAttention(bool(spec.lean.lean_attention) and lean_stage)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(replaced(LOG.targets[0], FullLogCallback))
+        for target in RESUMABLE.targets:
+            module_name, name = target.split(":")
+            trainer = getattr(importlib.import_module(module_name), name)
+            stack.enter_context(replaced(target, resumable.resumable(trainer)))
+        for target, trainer in zip(LEAN.targets, lean_trainers.trainers(lean, attention, spec.foodpo), strict=True):
+            stack.enter_context(replaced(target, trainer))
+        if spec.args.get("quantization_bit") is not None:
+            quantized.import_bitsandbytes()
+            stack.enter_context(replaced(READ_ON_DEMAND.targets[0], quantized.SafeFileOnDemand))
+            stack.enter_context(replaced(TRAINING_LAYOUT.targets[0], lambda: False))
+            stack.enter_context(quantized.trim_between_layers())
+        yield lean, attention
+
+
+@contextlib.contextmanager
+def silent_trainer() -> Iterator[None]:
+    """Within: the trainer's progress bar and printed log lines are a callback that does nothing."""
+    from transformers import TrainerCallback
+
+    with contextlib.ExitStack() as stack:
+        for target in SILENT.targets:
+            stack.enter_context(replaced(target, TrainerCallback))
+        yield
+
+
+def hide_accelerators() -> None:
+    """Make torch, transformers, accelerate and LLaMA-Factory see no MPS or CUDA device, for the rest
+    of this process.
+
+    They all ask `torch.backends.mps.is_available()` / `is_built()` at call time, so replacing those
+    two functions before transformers or llamafactory are imported keeps the model, the batches and
+    the optimizer state on the CPU. CUDA is hidden the usual way, before torch initialises it.
+    """
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import torch
+
+    torch.backends.mps.is_available = _no_device
+    torch.backends.mps.is_built = _no_device
+
+
+@functools.lru_cache
+def _no_device() -> bool:
+    """Stands in for torch's own lru_cache'd checks (torch._dynamo reads their __wrapped__)."""
+    return False
