@@ -228,6 +228,24 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext, usage=usage, add_help=False)
         p.add_argument("words", nargs=argparse.REMAINDER)
     sub.add_parser("ls", help="list the stage, model and hardware presets with their descriptions")
+    _add_run_folder_commands(sub)
+    _add_model_commands(sub)
+    p = sub.add_parser("compare", help="table (CSV, Markdown) and plot over finished DPO/fooDPO runs")
+    p.add_argument("--out", required=True, help="folder for comparison.csv, comparison.md, comparison.png")
+    p.add_argument("run_dirs", nargs="+")
+    p = sub.add_parser("rank")  # started by torchrun: one process of a written run directory; not in --help
+    p.add_argument("run_dir")
+    p = sub.add_parser("doctor", help="versions, MPS settings, and the memory model against measured steps")
+    p.add_argument("--hardware")
+    p.add_argument("--model", help="a local model directory (default: a freshly built tiny model)")
+    p = sub.add_parser("demo", help="SFT, DPO, fooDPO on a real small model, offline; prints a table and chats")
+    p.add_argument("--hardware")
+    sub.metavar = "{" + ",".join(name for name in sub.choices if name != "rank") + "}"
+    return parser
+
+
+def _add_run_folder_commands(sub) -> None:
+    """chat, eval and export: what reads a written run folder."""
     p = sub.add_parser("chat", help="chat with a run's adapter (default: the newest run) through LLaMA-Factory")
     p.add_argument("run_dir", nargs="?")
     p.add_argument("--prompt", help="answer this once and exit (else a loop on standard input)")
@@ -243,24 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", nargs="?")
     p.add_argument("-o", "--output", required=True, help="a new (or empty) folder")
     _allow_unfinished(p)
+
+
+def _add_model_commands(sub) -> None:
+    """tiny-model and get-model: what makes a model folder."""
     p = sub.add_parser("tiny-model", help="build the offline demo model (random weights) into DIR")
     p.add_argument("directory", nargs="?", help="default: where the tiny preset looks (once; kept after)")
     p.add_argument("--data", help="folder with the demo datasets (default: data/)")
     p = sub.add_parser("get-model", help="fetch a real model once (a model preset's fetch:), or convert a GGUF file")
     p.add_argument("source", help="a model preset with fetch: (smollm2-135m), or FILE.gguf")
     p.add_argument("-o", "--output", help="default: the preset's model_name_or_path; beside a .gguf file, its name")
-    p = sub.add_parser("compare", help="table (CSV, Markdown) and plot over finished DPO/fooDPO runs")
-    p.add_argument("--out", required=True, help="folder for comparison.csv, comparison.md, comparison.png")
-    p.add_argument("run_dirs", nargs="+")
-    p = sub.add_parser("rank")  # started by torchrun: one process of a written run directory; not in --help
-    p.add_argument("run_dir")
-    p = sub.add_parser("doctor", help="versions, MPS settings, and the memory model against measured steps")
-    p.add_argument("--hardware")
-    p.add_argument("--model", help="a local model directory (default: a freshly built tiny model)")
-    p = sub.add_parser("demo", help="SFT, DPO, fooDPO on a real small model, offline; prints a table and chats")
-    p.add_argument("--hardware")
-    sub.metavar = "{" + ",".join(name for name in sub.choices if name != "rank") + "}"
-    return parser
 
 
 def _go_on_in_a_fresh_process(run_dir) -> NoReturn:
@@ -285,6 +295,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+HANDLERS = {
+    "detect": cmd_detect,
+    "env": cmd_env,
+    "ls": cmd_ls,
+    "chat": cmd_chat,
+    "export": cmd_export,
+    "eval": cmd_eval,
+    "tiny-model": cmd_tiny_model,
+    "get-model": cmd_get_model,
+    "demo": cmd_demo,
+    "doctor": cmd_doctor,
+    "rank": cmd_rank,
+    "compare": cmd_compare,
+}
+
+
 def _main(argv: list[str] | None) -> int:
     if argv is None:  # the command line: a SIGTERM unwinds, so temporary folders go (temporary.py)
         install_sigterm_exit()
@@ -296,25 +322,11 @@ def _main(argv: list[str] | None) -> int:
     if argv[:1] and argv[0] in run_commands and any(w in ("-h", "--help") for w in argv[1:]):
         print("usage: " + usage_run())
         return 0
-    handlers = {
-        "detect": cmd_detect,
-        "env": cmd_env,
-        "ls": cmd_ls,
-        "chat": cmd_chat,
-        "export": cmd_export,
-        "eval": cmd_eval,
-        "tiny-model": cmd_tiny_model,
-        "get-model": cmd_get_model,
-        "demo": cmd_demo,
-        "doctor": cmd_doctor,
-        "rank": cmd_rank,
-        "compare": cmd_compare,
-    }
     try:
         if argv[:1] and argv[0] in run_commands:  # argparse cannot pass `--stage foodpo` words through
             return run_commands[argv[0]](argv[1:])
         ns = build_parser().parse_args(argv)
-        return handlers[ns.command](ns)
+        return HANDLERS[ns.command](ns)
     except MpskitError as err:
         print(f"mpskit: error: {err}", file=sys.stderr)
         return err.exit_code

@@ -102,8 +102,12 @@ def main() -> None:
             files.append(("demo_kto", kto))
         for name, data in files:
             (out / f"{name}.json").write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    info_path = out / "dataset_info.json"
-    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}  # make_real_data.py's
+    _register(out / "dataset_info.json")
+
+
+def _register(info_path: Path) -> None:
+    """The demo datasets' entries in dataset_info.json, beside make_real_data.py's."""
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
     info |= {name: {"file_name": f"{name}.json"} for name in ("demo_sft", "demo_sft_eval")} | {
         name: {
             "file_name": f"{name}.json",

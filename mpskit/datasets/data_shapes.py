@@ -91,8 +91,20 @@ class _BadRow(Exception):
 
 
 def _shape_of(first: dict, columns: set, where: str) -> Shape:
-    conversation = next((key for key in ("messages", "conversations") if key in columns), None)
     label = next((key for key in LABELS if key in columns), None)
+    shape = _messages_shape(first, columns, label) or _columns_shape(first, columns, label)
+    if shape is None:
+        raise MpskitError(
+            f"cannot tell the format of {where} from its columns ({', '.join(sorted(columns)) or 'none'})",
+            "give instruction/input/output, prompt/completion, messages, prompt/chosen/rejected, chosen/rejected, "
+            "or text columns, or register it in a dataset_info.json of your own (dataset_dir=...)",
+        )
+    return shape
+
+
+def _messages_shape(first: dict, columns: set, label: str | None) -> Shape | None:
+    """The shapes whose turns are lists of messages (ShareGPT, TRL conversational)."""
+    conversation = next((key for key in ("messages", "conversations") if key in columns), None)
     chosen, rejected = first.get("chosen"), first.get("rejected")
     if _messages(chosen) and _messages(rejected):  # TRL conversational, UltraFeedback-binarized
         if _messages(first.get("prompt")):
@@ -114,6 +126,12 @@ def _shape_of(first: dict, columns: set, where: str) -> Shape:
                          _sharegpt(kto_tag="label"), _conversational_kto(label))  # fmt: skip
         return Shape("prompt and completion as messages (TRL conversational)", "answer", _sharegpt(),
                      _conversational_completion)  # fmt: skip
+    return None
+
+
+def _columns_shape(first: dict, columns: set, label: str | None) -> Shape | None:
+    """The shapes of text columns (alpaca, preference pairs, KTO, plain text)."""
+    chosen, rejected = first.get("chosen"), first.get("rejected")
     prompt = next((key for key in PROMPTS if key in columns), None)
     query = {"query": "input"} if "input" in columns else {}
     system = {"system": "system"} if "system" in columns else {}
@@ -138,11 +156,7 @@ def _shape_of(first: dict, columns: set, where: str) -> Shape:
         return Shape(f"alpaca ({named})", "answer", entry)
     if "text" in columns:
         return Shape("plain text (text)", "text", {"columns": {"prompt": "text"}})
-    raise MpskitError(
-        f"cannot tell the format of {where} from its columns ({', '.join(sorted(columns)) or 'none'})",
-        "give instruction/input/output, prompt/completion, messages, prompt/chosen/rejected, chosen/rejected, "
-        "or text columns, or register it in a dataset_info.json of your own (dataset_dir=...)",
-    )
+    return None
 
 
 def _sharegpt(messages: str = "messages", ranking: bool = False, tags=None, kto_tag: str | None = None) -> dict:

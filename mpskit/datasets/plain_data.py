@@ -95,6 +95,26 @@ def register_plain_data(user: dict, stage: str | None) -> tuple[dict, dict, dict
     paths = {key: [name for name in names if _is_path(name)] for key, names in given.items()}
     if not any(paths.values()):
         return user, {}, {}
+    _check_names(user, given, paths)
+    with_valid = not (user.get("eval_dataset") or user.get("val_size"))  # the user's evaluation wins
+    files = [pair for key, names in paths.items() for name in names for pair in _files(name, key, with_valid)]
+    shapes = [(key, path, read_shape(read_rows(path), str(path))) for key, path in files]
+    user = dict(user)
+    if stage is None and shapes[0][0] == "dataset":
+        stage = user["stage"] = DEFAULT_STAGE[shapes[0][2].kind]
+        print(f"mpskit: stage {stage}, as {shapes[0][1].name} holds {shapes[0][2].words}", file=sys.stderr)
+    entries, converted, chosen = _entries(shapes, stage)
+    for key, names in chosen.items():
+        if names:
+            user[key] = ",".join(names)
+    if chosen["eval_dataset"] and not paths["eval_dataset"] and "eval_strategy" not in user:
+        user["eval_strategy"] = "epoch"  # a folder's valid file is there to be evaluated on, as in mlx-lm
+    user["dataset_dir"] = str(registration_folder(entries, converted))
+    return user, entries, converted
+
+
+def _check_names(user: dict, given: dict, paths: dict) -> None:
+    """Files or names in each of dataset and eval_dataset, not both; no dataset_dir beside files."""
     for key, names in given.items():
         if paths[key] and len(paths[key]) != len(names):
             raise MpskitError(
@@ -106,13 +126,11 @@ def register_plain_data(user: dict, stage: str | None) -> tuple[dict, dict, dict
             f"dataset={user['dataset']} is a file, so dataset_dir={user['dataset_dir']} is not read",
             "leave out dataset_dir, or name a dataset of its dataset_info.json",
         )
-    with_valid = not (user.get("eval_dataset") or user.get("val_size"))  # the user's evaluation wins
-    files = [pair for key, names in paths.items() for name in names for pair in _files(name, key, with_valid)]
-    shapes = [(key, path, read_shape(read_rows(path), str(path))) for key, path in files]
-    user = dict(user)
-    if stage is None and shapes[0][0] == "dataset":
-        stage = user["stage"] = DEFAULT_STAGE[shapes[0][2].kind]
-        print(f"mpskit: stage {stage}, as {shapes[0][1].name} holds {shapes[0][2].words}", file=sys.stderr)
+
+
+def _entries(shapes: list, stage: str | None) -> tuple[dict, dict, dict]:
+    """(the dataset_info.json entries, the converted files, the names chosen for dataset and
+    eval_dataset) of the files read as SHAPES, each said in a line."""
     entries, converted, chosen = {}, {}, {"dataset": [], "eval_dataset": []}
     for key, path, shape in shapes:
         name = _entry_name(path, set(entries))
@@ -129,13 +147,7 @@ def register_plain_data(user: dict, stage: str | None) -> tuple[dict, dict, dict
         print(f"mpskit: {key} {path}: {shape.said()}, registered as '{name}'", file=sys.stderr)
         if line:
             print(f"mpskit: {line}", file=sys.stderr)
-    for key, names in chosen.items():
-        if names:
-            user[key] = ",".join(names)
-    if chosen["eval_dataset"] and not paths["eval_dataset"] and "eval_strategy" not in user:
-        user["eval_strategy"] = "epoch"  # a folder's valid file is there to be evaluated on, as in mlx-lm
-    user["dataset_dir"] = str(registration_folder(entries, converted))
-    return user, entries, converted
+    return entries, converted, chosen
 
 
 def registration_folder(entries: dict, converted: dict, keep: bool = False) -> Path:

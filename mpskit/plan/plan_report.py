@@ -43,6 +43,24 @@ def plan_lines(
     else:
         lines.append("verdict    NO SETTING FITS")
         lines.append(f"asked      {describe(shown.knobs, plan.effective_batch)}")
+    lines += _estimate_lines(plan, shown)
+    lines.append(f"logits     {_logits_line(plan, shown)}")
+    lines.append(f"attention  {_attention_line(plan, shown)}")
+    lines += [f"changed    {note}" for note in plan.changes]
+    if plan.alternatives:
+        lines.append("also fits  (speed relative to the choice)")
+        for option in plan.alternatives:
+            lines.append(f"  {_alternative(option, plan)}")
+    if not plan.fits:
+        lines += [f"would fit  {note}" for note in (plan.over_budget, *plan.would_fit)]
+    if duration:
+        lines += duration_lines(duration, probe, lengths_line(plan, shown.knobs.cutoff_len), probe_command)
+    return lines
+
+
+def _estimate_lines(plan: Plan, shown: Option) -> list[str]:
+    """The memory of the shown setting, part by part: a training step, a held-out batch, the peak."""
+    lines = []
     per = f", per process of {shown.knobs.world_size}" if shown.knobs.world_size > 1 else ""
     longest = plan.longest_batch(shown.knobs)
     at = "" if longest is None or longest >= shown.knobs.cutoff_len else f", at the data's longest {longest} tokens"
@@ -59,18 +77,7 @@ def plan_lines(
         lines.append(f"  {'(loading, quantizing)':22} {_gb(estimate.loading)}")
     lines.append(f"  {'= peak':22} {_gb(estimate.training)}  ({estimate.peak_moment})")
     where = "host RAM, outside the GPU budget" if plan.device == "cuda" else "taken out of the RAM budget already"
-    lines.append(f"  {'+ framework (imports)':22} {_gb(shown.estimate.framework)}  ({where})")
-    lines.append(f"logits     {_logits_line(plan, shown)}")
-    lines.append(f"attention  {_attention_line(plan, shown)}")
-    lines += [f"changed    {note}" for note in plan.changes]
-    if plan.alternatives:
-        lines.append("also fits  (speed relative to the choice)")
-        for option in plan.alternatives:
-            lines.append(f"  {_alternative(option, plan)}")
-    if not plan.fits:
-        lines += [f"would fit  {note}" for note in (plan.over_budget, *plan.would_fit)]
-    if duration:
-        lines += duration_lines(duration, probe, lengths_line(plan, shown.knobs.cutoff_len), probe_command)
+    lines.append(f"  {'+ framework (imports)':22} {_gb(estimate.framework)}  ({where})")
     return lines
 
 

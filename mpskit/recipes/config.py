@@ -14,12 +14,11 @@ from mpskit.recipes.from_words import note_device_problems, resolve_from_words
 def write_config(words: list[str]) -> int:
     from mpskit.datasets.plain_data import registration_folder
     from mpskit.engine import lf
-    from mpskit.files import cannot_write, check_file_target, writing
+    from mpskit.files import check_file_target
     from mpskit.machine.optional_packages import missing_packages
     from mpskit.recipes.changes import say_changes
     from mpskit.recipes.checks import prepare
     from mpskit.rundir.folder import new_run_dir
-    from mpskit.settings.knobs import OWN_KEYS
 
     force = "--force" in words
     run, output = resolve_from_words([word for word in words if word != "--force"])
@@ -39,19 +38,29 @@ def write_config(words: list[str]) -> int:
     args.setdefault("output_dir", str(new_run_dir(run.run_name, run.args.get("output_dir"))))
     say_changes(run, args)
     if output:
-        with writing(Path(output), "-o", "mpskit config"):
-            check_file_target(Path(output), force)  # again, under the lock: another writer may have been first
-            try:
-                lf.write_yaml(args, output)
-            except OSError as err:
-                raise cannot_write(Path(output), err, "-o") from None
-        print(f"mpskit: wrote {output}", file=sys.stderr)
-        own = [f"{key}={str(args[key]).lower()}" for key in OWN_KEYS if key in run.pinned and key in args]
-        own += [f"{f.name}={str(getattr(run.settings, f.name)).lower()}" for f in dataclasses.fields(run.settings)
-                if getattr(run.settings, f.name) != f.default]  # fmt: skip
-        if own:  # llamafactory-cli would refuse them in the file, so they are not there
-            words = " ".join(own)
-            warn(f"{words}: mpskit's own keys, not in {output}; give them again: mpskit train {output} {words}")
+        _write(args, run, Path(output), force)
     else:
         print(lf.yaml_text(args), end="")
     return 0
+
+
+def _write(args: dict, run, output: Path, force: bool) -> None:
+    """The YAML written to OUTPUT, one writer at a time; mpskit's own keys, which llamafactory-cli would
+    refuse in the file, are said to be given again."""
+    from mpskit.engine import lf
+    from mpskit.files import cannot_write, check_file_target, writing
+    from mpskit.settings.knobs import OWN_KEYS
+
+    with writing(output, "-o", "mpskit config"):
+        check_file_target(output, force)  # again, under the lock: another writer may have been first
+        try:
+            lf.write_yaml(args, output)
+        except OSError as err:
+            raise cannot_write(output, err, "-o") from None
+    print(f"mpskit: wrote {output}", file=sys.stderr)
+    own = [f"{key}={str(args[key]).lower()}" for key in OWN_KEYS if key in run.pinned and key in args]
+    own += [f"{f.name}={str(getattr(run.settings, f.name)).lower()}" for f in dataclasses.fields(run.settings)
+            if getattr(run.settings, f.name) != f.default]  # fmt: skip
+    if own:
+        words = " ".join(own)
+        warn(f"{words}: mpskit's own keys, not in {output}; give them again: mpskit train {output} {words}")

@@ -75,11 +75,9 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
     user asked for transformers' bar (`disable_tqdm: false`), so it stays (the log dicts it prints
     under it go where prints go).
     Yields the open log file (None without `log_dir`), for mpskit's own lines."""
-    from mpskit.engine import bends
     from mpskit.engine.quantized import import_bitsandbytes
 
     import_bitsandbytes()  # before the libraries that import it, so that its import says nothing
-    import datasets
     from llamafactory.extras import logging as lf_logging
     from transformers.utils import logging as hf_logging
 
@@ -87,39 +85,61 @@ def library_output(log_dir: Path | None = None, keep_progress_bar: bool = False)
     hf_logging.get_logger(), lf_logging.get_logger()  # each library's own handler is set up
     loggers = [logging.getLogger(name) for name in LIBRARIES]
     handlers = [handler for logger in loggers for handler in logger.handlers if type(handler) is logging.StreamHandler]
-    saved = [(handler, handler.level) for handler in handlers]
     with contextlib.ExitStack() as stack:
         log_file = stack.enter_context(open(log_dir / LOG_FILE, "a", encoding="utf-8")) if log_dir else None
-        file_handler = _LogFileHandler(log_file) if log_file else None
         for handler in handlers:
-            handler.setStream(sys.stderr)
-            if not verbose:
-                handler.setLevel(logging.WARNING)
-                handler.addFilter(_not_noise)
-        if file_handler:
-            for logger in loggers:
-                logger.addHandler(file_handler)
-            file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-            for name in ("transformers", "llamafactory"):
-                logging.getLogger(name).setLevel(logging.INFO)
+            handler.setStream(sys.stderr)  # on stderr from now on: stdout is mpskit's
+        if log_file:
+            stack.enter_context(_also_into(log_file, loggers))
         if not verbose:
-            hf_logging.disable_progress_bar()
-            datasets.disable_progress_bars()
-            if not keep_progress_bar:
-                stack.enter_context(bends.silent_trainer())
-        if not verbose:
-            stack.enter_context(warnings.catch_warnings())
-            for message in WARNINGS_NOISE:
-                warnings.filterwarnings("ignore", message=re.escape(message))
+            stack.enter_context(_warnings_only(handlers, keep_progress_bar))
         terminal = sys.stderr if verbose else None
         printed = [stream for stream in (terminal, log_file) if stream] or [stack.enter_context(open(os.devnull, "w"))]
         stack.enter_context(contextlib.redirect_stdout(_Tee(*printed)))
+        yield log_file
+
+
+@contextlib.contextmanager
+def _also_into(log_file: TextIO, loggers: list[logging.Logger]) -> Iterator[None]:
+    """Within: every line the libraries log, INFO and up, also goes into LOG_FILE."""
+    file_handler = _LogFileHandler(log_file)
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for logger in loggers:
+        logger.addHandler(file_handler)
+    for name in ("transformers", "llamafactory"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeHandler(file_handler)
+
+
+@contextlib.contextmanager
+def _warnings_only(handlers: list[logging.Handler], keep_progress_bar: bool) -> Iterator[None]:
+    """Within: the libraries' handlers on screen pass warnings only, without the known noise; no
+    progress bars (the trainer's stays when asked for)."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    from mpskit.engine import bends
+
+    saved = [(handler, handler.level) for handler in handlers]
+    for handler in handlers:
+        handler.setLevel(logging.WARNING)
+        handler.addFilter(_not_noise)
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    with contextlib.ExitStack() as stack:
+        if not keep_progress_bar:
+            stack.enter_context(bends.silent_trainer())
+        stack.enter_context(warnings.catch_warnings())
+        for message in WARNINGS_NOISE:
+            warnings.filterwarnings("ignore", message=re.escape(message))
         try:
-            yield log_file
+            yield
         finally:
-            for logger in loggers:
-                logger.removeHandler(file_handler)
-            for handler, level in saved:  # on stderr from now on: stdout is mpskit's
+            for handler, level in saved:
                 handler.setLevel(level)
                 handler.removeFilter(_not_noise)
             hf_logging.enable_progress_bar()

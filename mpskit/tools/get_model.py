@@ -95,16 +95,7 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     GGUF keeps one tokenizer for both ends of a turn: transformers' reader sets its end-of-text token
     from the file's BOS id (SmolLM2's says <|im_start|>), while config.json has the model's own; the
     tokenizer gets the config's, so plain `generate` stops where the model ends a turn."""
-    if importlib.util.find_spec("gguf") is None:  # transformers reads the file with it
-        raise MpskitError("converting a GGUF file needs the gguf package",
-                          "pip install 'mpskit[gguf]' (make install includes it)")  # fmt: skip
-    from gguf import GGUFReader
-
-    fix = "give a whole GGUF file of an architecture transformers reads (llama, qwen2, mistral, ...)"
-    try:
-        architecture = bytes(GGUFReader(gguf).fields["general.architecture"].parts[-1]).decode()
-    except Exception as err:  # noqa: BLE001 - whatever the reader raises on a file that is not one
-        raise MpskitError(f"cannot convert {gguf}: not a readable GGUF file ({type(err).__name__})", fix) from None
+    architecture = _architecture(gguf)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -119,8 +110,30 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     except Exception as err:  # noqa: BLE001 - transformers' GGUF reader: an architecture it cannot map, ...
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise MpskitError(f"cannot convert {gguf}: {reason}", fix) from None
-    config = model.config
+        raise MpskitError(f"cannot convert {gguf}: {reason}", GGUF_FIX) from None
+    _tokens_of_the_config(tokenizer, model.config)
+    model.to(getattr(torch, DTYPE)).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+GGUF_FIX = "give a whole GGUF file of an architecture transformers reads (llama, qwen2, mistral, ...)"
+
+
+def _architecture(gguf: Path) -> str:
+    """The GGUF file's architecture (llama, qwen2, ...), or one line when it is no readable GGUF file."""
+    if importlib.util.find_spec("gguf") is None:  # transformers reads the file with it
+        raise MpskitError("converting a GGUF file needs the gguf package",
+                          "pip install 'mpskit[gguf]' (make install includes it)")  # fmt: skip
+    from gguf import GGUFReader
+
+    try:
+        return bytes(GGUFReader(gguf).fields["general.architecture"].parts[-1]).decode()
+    except Exception as err:  # noqa: BLE001 - whatever the reader raises on a file that is not one
+        raise MpskitError(f"cannot convert {gguf}: not a readable GGUF file ({type(err).__name__})", GGUF_FIX) from None
+
+
+def _tokens_of_the_config(tokenizer, config) -> None:
+    """The tokenizer's end, pad and begin tokens are the config's (pad: its end token where it has none)."""
     for role in ("eos", "pad", "bos"):
         token_id = getattr(config, f"{role}_token_id", None)
         if token_id is None and role == "pad":
@@ -128,5 +141,3 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         if isinstance(token_id, int):
             setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
     config.pad_token_id = tokenizer.pad_token_id
-    model.to(getattr(torch, DTYPE)).save_pretrained(out)
-    tokenizer.save_pretrained(out)

@@ -68,9 +68,32 @@ def build_tiny_model(
 
 def _build(out: Path, data: Path, seed: int, dims: dict | None) -> None:
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
     from transformers.utils import logging as hf_logging
+
+    tokenizer = _tokenizer(data)
+    torch.manual_seed(seed)
+    shape = {**TINY_DIMS, "vocab_size": len(tokenizer), **(dims or {})}
+    shape["vocab_size"] = max(shape["vocab_size"], len(tokenizer))
+    config = Qwen2Config(
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        **shape,
+    )
+    model = Qwen2ForCausalLM(config)
+    if not is_verbose():
+        hf_logging.disable_progress_bar()  # "Writing model shards" for one small file
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _tokenizer(data: Path):
+    """A byte-level BPE tokenizer trained on the demo data, with Qwen's special tokens and chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -90,20 +113,4 @@ def _build(out: Path, data: Path, seed: int, dims: dict | None) -> None:
         model_max_length=4096,
     )
     tokenizer.chat_template = QWEN_CHAT_TEMPLATE
-
-    torch.manual_seed(seed)
-    shape = {**TINY_DIMS, "vocab_size": len(tokenizer), **(dims or {})}
-    shape["vocab_size"] = max(shape["vocab_size"], len(tokenizer))
-    config = Qwen2Config(
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.pad_token_id,
-        **shape,
-    )
-    model = Qwen2ForCausalLM(config)
-    if not is_verbose():
-        hf_logging.disable_progress_bar()  # "Writing model shards" for one small file
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    return tokenizer
