@@ -6,6 +6,7 @@ type and names a wrong one in one line. No torch import.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -178,12 +179,13 @@ def read_record(run_dir: Path) -> RunRecord:
     names the field (or why it does not read) and --rebuild-record."""
     fix = f"rebuild it from llamafactory.yaml and the checkpoints: mpskit train --resume {run_dir} --rebuild-record"
     try:
-        data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
+        text = (run_dir / RECORD).read_text(encoding="utf-8")
+        data = json.loads(text)
         if not isinstance(data, dict):
             raise TypeError("not a mapping")
     except (OSError, ValueError, TypeError, RecursionError) as err:
         raise MpskitError(f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})", fix) from err
-    if damage := _damage(data, RunRecord, ""):
+    if damage := _damage(text, data):
         raise MpskitError(f"{run_dir / RECORD} is damaged: {damage}", fix)
     known = {f.name for f in dataclasses.fields(RunRecord)} - {"other_keys"}
     other = {key: value for key, value in data.items() if key not in known}
@@ -195,31 +197,38 @@ def read_record(run_dir: Path) -> RunRecord:
 FIGURE_SUFFIXES = ("_gb", "_s", "_seconds")
 
 
-def _damage(data: dict, cls: type, where: str) -> str | None:
-    """What in DATA (a record section read from JSON) is not of the type CLS gives it; None if all is.
-    Keys CLS does not know are a newer mpskit's and pass; a missing field takes its default, or is
-    damage where it has none."""
-    hints = typing.get_type_hints(cls)
-    for item in dataclasses.fields(cls):
-        name = f"{where}{item.name}"
-        if item.name not in data:
-            no_default = item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING
-            if no_default and item.name != "other_keys":
-                return f"{name} is missing"
-            continue
-        value, hint = data[item.name], hints[item.name]
-        if not is_of(value, hint):
-            return f"{name} is {json.dumps(value)[:40]}, not {_type_words(hint)}"
-        inner = [h for h in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(h)]
-        if inner and isinstance(value, dict) and (damage := _damage(value, inner[0], f"{name}.")):
-            return damage
-        if hint == list[Attempt]:
-            for number, entry in enumerate(value, start=1):
-                if damage := _damage(entry, Attempt, f"{name}[{number}]."):
-                    return damage
-        if item.name == "predicted" and (damage := _figure_damage(value, name)):
-            return damage
-    return None
+def _damage(text: str, data: dict) -> str | None:
+    """What in the record (TEXT, read as DATA) is not of the type RunRecord gives it; None if all is.
+    pydantic checks the JSON strictly against the dataclasses: a bool is no number, "1" no whole
+    number; keys the dataclasses do not know (a newer mpskit's) pass, and a missing field takes its
+    default, or is damage where it has none."""
+    from pydantic import ValidationError
+
+    try:
+        _adapter(RunRecord).validate_json(text, strict=True)
+    except ValidationError as err:
+        return _words(data, err.errors()[0])
+    return _figure_damage(data.get("memory", {}).get("predicted", {}), "memory.predicted")
+
+
+def _words(data: dict, error: dict) -> str:
+    """pydantic's error as the record's reader says it: the field (attempts[1].measured.peak_gb, or
+    the list or mapping field that holds the wrong value), what it is, and what it should be."""
+    if error["type"] == "json_invalid":  # nested deeper than pydantic reads
+        return f"it does not read ({error['msg']})"
+    hint, value, name = RunRecord, data, ""
+    for key in error["loc"]:
+        section = next((h for h in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(h)), None)
+        element = (typing.get_args(hint) or [None])[0]
+        if section and isinstance(key, str) and isinstance(value, dict):
+            if key not in value:
+                return f"{name}.{key} is missing".lstrip(".")
+            hint, value, name = typing.get_type_hints(section)[key], value[key], f"{name}.{key}".lstrip(".")
+        elif isinstance(value, list) and dataclasses.is_dataclass(element) and isinstance(value[key], dict):
+            hint, value, name = element, value[key], f"{name}[{key + 1}]"
+        else:
+            break
+    return f"{name} is {json.dumps(value)[:40]}, not {_type_words(hint)}"
 
 
 def _figure_damage(figures: dict, where: str) -> str | None:
@@ -232,23 +241,23 @@ def _figure_damage(figures: dict, where: str) -> str | None:
     return None
 
 
-def is_of(value, hint) -> bool:
-    """Whether a value read from JSON is of the type HINT (int | None, list[str], a dataclass: a
-    mapping); a bool is no number, and an int is a float."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (types.UnionType, typing.Union):
-        return any(is_of(value, arg) for arg in args)
-    if hint is type(None):
-        return value is None
-    if hint in (int, float):
-        return isinstance(value, int if hint is int else int | float) and not isinstance(value, bool)
-    if origin is list:
-        return isinstance(value, list) and all(is_of(entry, args[0]) for entry in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(is_of(entry, args[1]) for entry in value.values())
-    if dataclasses.is_dataclass(hint):
-        return isinstance(value, dict)
-    return isinstance(value, origin or hint)
+def is_of(value: object, hint: object) -> bool:
+    """Whether a value read from JSON is of the type HINT (int | None, list[str]...), as pydantic
+    checks it strictly: a bool is no number, and an int is a float."""
+    from pydantic import ValidationError
+
+    try:
+        _adapter(hint).validate_python(value, strict=True)
+    except ValidationError:
+        return False
+    return True
+
+
+@functools.lru_cache
+def _adapter(hint: object):
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(hint)
 
 
 def _type_words(hint) -> str:
@@ -257,10 +266,16 @@ def _type_words(hint) -> str:
     if typing.get_origin(hint) in (types.UnionType, typing.Union):
         return " or ".join(_type_words(arg) for arg in typing.get_args(hint))
     if typing.get_origin(hint) is list:
-        return f"a list of {_type_words(typing.get_args(hint)[0]).removeprefix('a ')}s"
+        return f"a list of {_plural(_type_words(typing.get_args(hint)[0]))}"
     if typing.get_origin(hint) is dict:
-        return f"a mapping to {_type_words(typing.get_args(hint)[1]).removeprefix('a ')}s"
+        return f"a mapping to {_plural(_type_words(typing.get_args(hint)[1]))}"
     return words.get(hint, "a mapping")
+
+
+def _plural(words: str) -> str:
+    """a whole number -> whole numbers; a list of numbers -> lists of numbers."""
+    head, separator, rest = words.removeprefix("a ").partition(" of ")
+    return f"{head}s{separator}{rest}"
 
 
 # Fields a damaged record may still hold readably, with their types: a rebuilt record keeps them.
