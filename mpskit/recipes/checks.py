@@ -25,9 +25,9 @@ from mpskit.plan.planner import Plan
 from mpskit.presets import preset_model_dir
 from mpskit.rundir.checkpoints import checkpoint_step, incomplete_reason
 from mpskit.settings import quantization
+from mpskit.settings.foodpo import check_foodpo
 from mpskit.settings.knobs import from_args
 from mpskit.settings.resolve import ResolvedRun, cuda_only, other_file
-from mpskit.settings.run_spec import RunSpec
 
 
 def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, Plan | None]:
@@ -40,7 +40,7 @@ def prepare(run: ResolvedRun, need_weights: bool = True) -> tuple[ResolvedRun, P
     check_lora_target(run.args)
     check_datasets(run.args)
     check_resume_from(run.args.get("resume_from_checkpoint"), run.args)
-    RunSpec.of(run.args)  # fail on bad fooDPO settings before anything loads
+    check_foodpo(run.args)
     try:
         planned, memory_plan = advice.planned(run)
     except MpskitError as err:

@@ -49,6 +49,12 @@ def _number(args: dict, key: str) -> float | None:
     return float(value)
 
 
+def check_foodpo(args: dict) -> None:
+    """A stage: foodpo run's own settings, checked (one line each) before anything loads."""
+    if args.get("stage") == "foodpo":
+        split_foodpo_args(args)
+
+
 def split_foodpo_args(args: dict) -> tuple[dict, FooDPOConfig]:
     """(the DPO arguments LLaMA-Factory reads, fooDPO's own settings), checked."""
     lf_args = {key: value for key, value in args.items() if key not in FOODPO_KEYS}
