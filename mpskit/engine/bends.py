@@ -41,7 +41,7 @@ class Bend:
 
 
 LOG = Bend(("llamafactory.train.tuner:LogCallback",), "llamafactory", "==0.9.5",
-           "trainer_log.jsonl keeps every metric logged, DPO's rewards and fooDPO's beta too (trainer_log.py)")
+           "the trainer log keeps every metric logged, DPO's rewards and fooDPO's beta too (trainer_log.py)")
 RESUMABLE = Bend(("llamafactory.train.pt.workflow:CustomTrainer", "llamafactory.train.rm.workflow:PairwiseTrainer",
                   "llamafactory.train.kto.workflow:CustomKTOTrainer"), "llamafactory", "==0.9.5",
                  "the pt, rm and kto trainers save whole checkpoints and resume exactly (resumable.py)")
