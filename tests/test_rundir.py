@@ -363,6 +363,8 @@ DAMAGED_RECORDS = [
     (f'{{{RECORD_HEAD}, "environment": {{"PYTORCH_ENABLE_MPS_FALLBACK": [1]}}}}',
      'environment is {"PYTORCH_ENABLE_MPS_FALLBACK": [1]}, not a mapping to texts'),
     (f'{{{RECORD_HEAD}, "data_rows": {{"mine": "many"}}}}', 'data_rows is {"mine": "many"}, not a mapping to whole'),
+    (f'{{{RECORD_HEAD}, "memory": {{"measured": {{"samples_gb": [[1, "x"]]}}}}}}',
+     'memory.measured.samples_gb is [[1, "x"]], not a list of lists of numbers'),
 ]
 
 
@@ -372,6 +374,14 @@ def test_a_record_too_deep_or_of_wrong_types_is_damaged_in_one_line_naming_the_f
     with pytest.raises(MpskitError, match=re.escape(said) + ".*--rebuild-record") as caught:
         read_record(tmp_path)
     assert "\n" not in str(caught.value)
+
+
+def test_a_record_that_names_an_undecodable_file_name_reads(tmp_path):
+    """A file name's byte that is no UTF-8 lives on in Python as a lone surrogate, which json writes
+    and reads back; the record's check reads it too (pydantic's JSON reader alone would not)."""
+    name = os.fsdecode(b"data-\xff.jsonl")
+    write_record(tmp_path, RunRecord(run_name="r", stage="sft", device="cpu", layers=[name, "\\ud800"]))
+    assert read_record(tmp_path).layers == [name, "\\ud800"]
 
 
 def test_a_record_with_keys_of_a_newer_mpskit_reads_and_keeps_them(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -179,13 +180,12 @@ def read_record(run_dir: Path) -> RunRecord:
     names the field (or why it does not read) and --rebuild-record."""
     fix = f"rebuild it from llamafactory.yaml and the checkpoints: mpskit train --resume {run_dir} --rebuild-record"
     try:
-        text = (run_dir / RECORD).read_text(encoding="utf-8")
-        data = json.loads(text)
+        data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise TypeError("not a mapping")
     except (OSError, ValueError, TypeError, RecursionError) as err:
         raise MpskitError(f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})", fix) from err
-    if damage := _damage(text, data):
+    if damage := _damage(data):
         raise MpskitError(f"{run_dir / RECORD} is damaged: {damage}", fix)
     known = {f.name for f in dataclasses.fields(RunRecord)} - {"other_keys"}
     other = {key: value for key, value in data.items() if key not in known}
@@ -197,13 +197,19 @@ def read_record(run_dir: Path) -> RunRecord:
 FIGURE_SUFFIXES = ("_gb", "_s", "_seconds")
 
 
-def _damage(text: str, data: dict) -> str | None:
-    """What in the record (TEXT, read as DATA) is not of the type RunRecord gives it; None if all is.
-    pydantic checks the JSON strictly against the dataclasses: a bool is no number, "1" no whole
-    number; keys the dataclasses do not know (a newer mpskit's) pass, and a missing field takes its
-    default, or is damage where it has none."""
+# A UTF-16 surrogate escape in JSON text (not one after an escaped backslash): Python's reader takes a
+# lone one (a file name's undecodable byte, kept by surrogateescape), pydantic's does not.
+SURROGATE_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _damage(data: dict) -> str | None:
+    """What in the record (DATA, read from JSON) is not of the type RunRecord gives it; None if all is.
+    pydantic checks it strictly against the dataclasses, as JSON (where a mapping may stand for a
+    dataclass): a bool is no number, "1" no whole number; keys the dataclasses do not know (a newer
+    mpskit's) pass, and a missing field takes its default, or is damage where it has none."""
     from pydantic import ValidationError
 
+    text = SURROGATE_ESCAPE.sub(r"\1?", json.dumps(data))  # a text is a text, whatever its characters
     try:
         _adapter(RunRecord).validate_json(text, strict=True)
     except ValidationError as err:
