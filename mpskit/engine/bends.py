@@ -5,9 +5,10 @@ A bend replaces one name in a library's module so that the library's own code pa
 piece: LLaMA-Factory's workflows build mpskit's trainers, transformers' loader reads a 4-bit base
 tensor by tensor, and so on. Each is narrow, and each breaks silently when a new version renames or
 reshapes what it replaces, so `check` compares the installed versions with the ones a bend was
-checked on, and `training_bends` warns of any difference before a run trains. (Two more changes use
-the libraries' public hooks, not a replaced name: lean attention sets an attention function on the
-model itself, and quantized.trim_between_layers registers a global forward hook.)
+checked on, and `training_bends` warns of any difference in the bends it installs before a run
+trains. (Two more changes use the libraries' public hooks, not a replaced name: lean attention sets
+an attention function on the model itself, and quantized.trim_between_layers registers a global
+forward hook.)
 
 Imports torch and the libraries only inside the functions that install.
 """
@@ -97,7 +98,8 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
     from mpskit.engine.trainer_log import FullLogCallback
     from mpskit.stages import stage_of
 
-    for problem in check():
+    quantized_base = spec.args.get("quantization_bit") is not None
+    for problem in check((LOG, RESUMABLE, LEAN, *((READ_ON_DEMAND, TRAINING_LAYOUT) if quantized_base else ()))):
         warn(problem)
     lean_stage = stage_of(spec.args.get("stage")).lean
     lean = lean_trainers.LeanPath(bool(spec.lean.lean_logits) and lean_stage)
@@ -111,7 +113,7 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
             stack.enter_context(replaced(target, resumable.resumable(trainer)))
         for target, trainer in zip(LEAN.targets, lean_trainers.trainers(lean, attention, spec.foodpo), strict=True):
             stack.enter_context(replaced(target, trainer))
-        if spec.args.get("quantization_bit") is not None:
+        if quantized_base:
             quantized.import_bitsandbytes()
             stack.enter_context(replaced(READ_ON_DEMAND.targets[0], quantized.SafeFileOnDemand))
             stack.enter_context(replaced(TRAINING_LAYOUT.targets[0], lambda: False))
