@@ -56,3 +56,11 @@ def test_tested_versions_lie_in_the_declared_ranges():
                 tested[pin.name.lower()] = next(iter(pin.specifier)).version
     for requirement in map(Requirement, declared):
         assert requirement.specifier.contains(tested[requirement.name.lower()]), requirement
+
+
+def test_the_package_list_names_every_package_of_the_code():
+    """setuptools takes only the packages pyproject.toml lists: a room left out installs without it
+    (make check-install finds it minutes later)."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    code = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "mpskit").rglob("__init__.py")}
+    assert code - listed == set()
