@@ -3,7 +3,6 @@ installed versions, a training run replaces each and puts it back, and no other 
 (What each bend does is tested where it matters: test_qlora, test_resume, test_lean_*, test_hide_mps.)"""
 
 import ast
-import importlib
 
 from conftest import ROOT
 
@@ -11,11 +10,6 @@ from mpskit.engine import bends
 from mpskit.settings.run_spec import RunSpec
 
 LIBRARIES = {"torch", "transformers", "llamafactory", "bitsandbytes", "peft", "trl", "accelerate", "datasets"}
-
-
-def current(target: str) -> object:
-    module_name, name = target.split(":")
-    return getattr(importlib.import_module(module_name), name)
 
 
 def test_every_bend_was_checked_on_the_installed_versions():
@@ -30,19 +24,19 @@ def test_a_training_run_replaces_each_listed_name_and_puts_it_back():
     # MPS is hidden for good, before torch loads; the trainer is silenced by run/quiet.py (below)
     during = [bend for bend in bends.BENDS if bend not in (bends.NO_ACCELERATOR, bends.SILENT)]
     targets = [target for bend in during for target in bend.targets]
-    before = {target: current(target) for target in targets}
+    before = {target: bends.current(target) for target in targets}
     with bends.training_bends(spec) as (lean, attention):
-        assert [target for target in targets if current(target) is before[target]] == []
-        assert current("llamafactory.train.dpo.trainer:CustomDPOTrainer").func.__name__ == "FooDPOTrainer"
+        assert [target for target in targets if bends.current(target) is before[target]] == []
+        assert bends.current("llamafactory.train.dpo.trainer:CustomDPOTrainer").func.__name__ == "FooDPOTrainer"
         assert lean.report and attention.report is not None
-    assert [target for target in targets if current(target) is not before[target]] == []
+    assert [target for target in targets if bends.current(target) is not before[target]] == []
 
 
 def test_the_trainer_is_silent_within_and_speaks_after():
-    before = {target: current(target) for target in bends.SILENT.targets}
+    before = {target: bends.current(target) for target in bends.SILENT.targets}
     with bends.silent_trainer():
-        assert [target for target in before if current(target) is before[target]] == []
-    assert [target for target in before if current(target) is not before[target]] == []
+        assert [target for target in before if bends.current(target) is before[target]] == []
+    assert [target for target in before if bends.current(target) is not before[target]] == []
 
 
 def _library_names(tree: ast.Module) -> set[str]:

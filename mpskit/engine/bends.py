@@ -75,6 +75,12 @@ def check(bends: tuple[Bend, ...] = BENDS) -> list[str]:
     return problems
 
 
+def current(target: str) -> object:
+    """What TARGET ("module:name") is now."""
+    module_name, name = target.split(":")
+    return getattr(importlib.import_module(module_name), name)
+
+
 @contextlib.contextmanager
 def replaced(target: str, value: object) -> Iterator[None]:
     """Within: TARGET ("module:name") is VALUE; what it was comes back after."""
@@ -108,9 +114,7 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
     with contextlib.ExitStack() as stack:
         stack.enter_context(replaced(LOG.targets[0], FullLogCallback))
         for target in RESUMABLE.targets:
-            module_name, name = target.split(":")
-            trainer = getattr(importlib.import_module(module_name), name)
-            stack.enter_context(replaced(target, resumable.resumable(trainer)))
+            stack.enter_context(replaced(target, resumable.resumable(current(target))))
         for target, trainer in zip(LEAN.targets, lean_trainers.trainers(lean, attention, spec.foodpo), strict=True):
             stack.enter_context(replaced(target, trainer))
         if quantized_base:

@@ -154,6 +154,7 @@ def _measured(value: Measured | dict | None) -> Measured | None:
 
 
 def _typed(cls: type, value: object):
+    """A section (or the record) read from JSON as CLS, the keys CLS does not know kept aside."""
     if isinstance(value, cls):
         return value
     known = {f.name for f in dataclasses.fields(cls)} - {"other_keys"}
@@ -187,9 +188,7 @@ def read_record(run_dir: Path) -> RunRecord:
         raise MpskitError(f"{run_dir / RECORD} is not a readable run record ({type(err).__name__})", fix) from err
     if damage := _damage(data):
         raise MpskitError(f"{run_dir / RECORD} is damaged: {damage}", fix)
-    known = {f.name for f in dataclasses.fields(RunRecord)} - {"other_keys"}
-    other = {key: value for key, value in data.items() if key not in known}
-    return RunRecord(**{key: value for key, value in data.items() if key in known}, other_keys=other)
+    return _typed(RunRecord, data)
 
 
 # Keys of the plan's figures (Memory.predicted) that readers do arithmetic with: a number, or numbers
