@@ -20,7 +20,8 @@ def test_every_bend_was_checked_on_the_installed_versions():
 
 
 def test_a_training_run_replaces_each_listed_name_and_puts_it_back():
-    spec = RunSpec.of({"stage": "foodpo", "model_name_or_path": "m", "quantization_bit": 4})
+    spec = RunSpec.of({"stage": "foodpo", "model_name_or_path": "m", "quantization_bit": 4,
+                       "quantize_embeddings": True})  # fmt: skip
     # MPS is hidden for good, before torch loads; the trainer is silenced by run/quiet.py (below)
     during = [bend for bend in bends.BENDS if bend not in (bends.NO_ACCELERATOR, bends.SILENT)]
     targets = [target for bend in during for target in bend.targets]

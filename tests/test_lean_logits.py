@@ -326,3 +326,50 @@ def test_a_16_bit_checkpoint_under_bf16_takes_the_lean_path(tmp_path, tiny_model
         if name == "lean":
             assert record["attempts"][-1]["lean_logits"]["training"] == "lean"
     assert first["lean"] == pytest.approx(first["plain"], rel=1e-5)
+
+
+def dequantized_layers(model) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Plain embedding and output layers holding what a packed model's packs hold (quantize_embeddings), the
+    embedding with the hook that makes its output require grad under checkpointing, as LLaMA-Factory sets."""
+    inner = model.get_base_model()
+    table = inner.get_input_embeddings().pack.rows(0, QWEN_VOCAB)
+    embedding = torch.nn.Embedding.from_pretrained(table, freeze=True)
+    embedding.register_forward_hook(lambda module, args, output: output.requires_grad_(True))
+    output = torch.nn.Linear(table.size(1), QWEN_VOCAB, bias=False)
+    output.weight = torch.nn.Parameter(inner.get_output_embeddings().pack.rows(0, QWEN_VOCAB), requires_grad=False)
+    return embedding, output
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("stage", ["sft", "dpo"])
+def test_a_packed_vocabulary_equals_llamafactory_on_the_layers_dequantized(qwen_vocab_model, tmp_path, stage):
+    """Lean logits on the 4-bit packed output layer, chunk by chunk of the vocabulary (and the packed
+    embedding's lookups), against LLaMA-Factory's own loss on plain layers holding the same weights."""
+    from mpskit.engine.bends import packed_vocabulary
+    from mpskit.engine.foodpo_trainer import build_dpo_trainer
+    from mpskit.engine.quantized_vocab import PackedOutput
+
+    args = {**trainer_args(qwen_vocab_model, tmp_path, stage), "quantization_bit": 4}
+    with packed_vocabulary(args, True):
+        if stage == "sft":
+            plain, lean = build_sft_trainer(args, lean=False), build_sft_trainer(args, lean=True)
+        else:
+            plain, lean = build_dpo_trainer(args, None, lean=False), build_dpo_trainer(args, None, lean=True)
+    randomise_lora(plain.model)
+    lean.model = model = plain.model
+    inner = model.get_base_model()
+    packed = inner.get_input_embeddings(), inner.get_output_embeddings()
+    assert isinstance(packed[1], PackedOutput) and packed[1].pack.chunk_rows() < QWEN_VOCAB  # several chunks
+    dequantized = dequantized_layers(model)
+
+    def step(trainer, model, batch):
+        layers = dequantized if trainer is plain else packed
+        inner.set_input_embeddings(layers[0])
+        inner.set_output_embeddings(layers[1])
+        if stage == "dpo":
+            return trainer.get_batch_loss_metrics(model, batch)
+        return trainer.compute_loss(model, batch, num_items_in_batch=(batch["labels"] != IGNORE).sum()), {}
+
+    batch = next(iter(plain.get_train_dataloader()))
+    assert_same(loss_metrics_grads(plain, step, batch), loss_metrics_grads(lean, step, batch))
+    assert lean.lean.report["training"] == "lean"

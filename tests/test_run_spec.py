@@ -27,10 +27,10 @@ def test_run_exp_gets_dpo_without_foodpos_keys_and_the_folder_keeps_the_foodpo_s
     spec = RunSpec.of(FOODPO_RUN)
     assert spec.engine_args() == {"stage": "dpo", "model_name_or_path": "m", "pref_beta": 0.1}
     assert spec.yaml_args() == {key: value for key, value in FOODPO_RUN.items() if not key.startswith("lean_")}
-    assert spec.record_args() == {"lean_logits": False, "lean_attention": True}
+    assert spec.record_args() == {"lean_logits": False, "lean_attention": True, "quantize_embeddings": None}
     sft = RunSpec.of({"stage": "sft", "model_name_or_path": "m"})
     assert sft.foodpo is None and sft.engine_args() == {"stage": "sft", "model_name_or_path": "m"}
-    assert sft.record_args() == {"lean_logits": True, "lean_attention": None}  # every default, written
+    assert sft.record_args() == {"lean_logits": True, "lean_attention": None, "quantize_embeddings": None}  # all
 
 
 def test_a_run_folder_rebuilds_the_same_spec(tmp_path):

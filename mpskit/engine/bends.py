@@ -53,12 +53,14 @@ READ_ON_DEMAND = Bend(("transformers.modeling_utils:safe_open",), "transformers"
                       "a base quantized as it loads is read tensor by tensor, never memory-mapped (quantized.py)")
 TRAINING_LAYOUT = Bend(("bitsandbytes.nn.modules:has_avx512bf16",), "bitsandbytes", "==0.50.2",
                        "4-bit layers keep their training layout through a held-out evaluation (quantized.py)")
+VOCAB_LOADER = Bend(("transformers.core_model_loading:set_param_for_module",), "transformers", "==5.6.0",
+                    "quantize_embeddings packs the embeddings and the output layer as they load (quantized_vocab.py)")
 NO_ACCELERATOR = Bend(("torch.backends.mps:is_available", "torch.backends.mps:is_built"), "torch", ">=2.11,<2.15",
                       "a run on the CPU sees no MPS device, so nothing lands on it (hide_accelerators)")
 SILENT = Bend(("transformers.trainer:DEFAULT_PROGRESS_CALLBACK", "transformers.trainer:PrinterCallback"),
               "transformers", "==5.6.0",
               "the trainer prints no progress bar or log lines where mpskit prints its own (run/quiet.py)")
-BENDS = (LOG, RESUMABLE, LEAN, READ_ON_DEMAND, TRAINING_LAYOUT, NO_ACCELERATOR, SILENT)  # fmt: skip
+BENDS = (LOG, RESUMABLE, LEAN, READ_ON_DEMAND, TRAINING_LAYOUT, VOCAB_LOADER, NO_ACCELERATOR, SILENT)  # fmt: skip
 
 
 def check(bends: tuple[Bend, ...] = BENDS) -> list[str]:
@@ -105,7 +107,9 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
     from mpskit.stages import stage_of
 
     quantized_base = spec.args.get("quantization_bit") is not None
-    for problem in check((LOG, RESUMABLE, LEAN, *((READ_ON_DEMAND, TRAINING_LAYOUT) if quantized_base else ()))):
+    packed = (VOCAB_LOADER,) if spec.lean.quantize_embeddings and quantized_base else ()
+    quantized_bends = (READ_ON_DEMAND, TRAINING_LAYOUT, *packed) if quantized_base else ()
+    for problem in check((LOG, RESUMABLE, LEAN, *quantized_bends)):
         warn(problem)
     lean_stage = stage_of(spec.args.get("stage")).lean
     lean = lean_trainers.LeanPath(bool(spec.lean.lean_logits) and lean_stage)
@@ -122,7 +126,23 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
             stack.enter_context(replaced(READ_ON_DEMAND.targets[0], quantized.SafeFileOnDemand))
             stack.enter_context(replaced(TRAINING_LAYOUT.targets[0], lambda: False))
             stack.enter_context(quantized.trim_between_layers())
+        stack.enter_context(packed_vocabulary(spec.args, bool(packed)))
         yield lean, attention
+
+
+@contextlib.contextmanager
+def packed_vocabulary(args: dict, packs: bool) -> Iterator[None]:
+    """Within, where PACKS: models load with their embeddings and output layer packed in ARGS'
+    quantization_bit (quantize_embeddings), for training, chat and eval alike."""
+    if not packs:
+        yield
+        return
+    from mpskit.engine.quantized_vocab import packing_loader
+
+    target = VOCAB_LOADER.targets[0]
+    loader = packing_loader(current(target), int(args["quantization_bit"]), str(args.get("quantization_type", "nf4")))
+    with replaced(target, loader):
+        yield
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ class Knobs:
     # attention by blocks of queries, never the heads x s x s matrices; None (auto): on wherever
     # attention would otherwise be materialised (memory.lean_attention_runs)
     lean_attention: bool | None = None
+    quantize_embeddings: bool = False  # the embeddings and output layer in the quantized base's bits too
     eval_batch: int | None = None  # per-device held-out batch (sequences; DPO pairs); None: no evaluation
 
 
@@ -51,6 +52,7 @@ KEYS = {
     "zero": ("deepspeed",),
     "lean_logits": ("lean_logits",),  # mpskit's own keys: recorded in mpskit.json, not in the YAML
     "lean_attention": ("lean_attention",),
+    "quantize_embeddings": ("quantize_embeddings",),
     "eval_batch": ("per_device_eval_batch_size",),
 }
 PLANNER_KEYS = tuple(key for keys in KEYS.values() for key in keys)
@@ -64,6 +66,10 @@ class OwnKnobs:
         "(a knob: kept in the run's record, never in the YAML LLaMA-Factory reads)")})  # fmt: skip
     lean_attention: bool | None = field(default=None, metadata={"help": (
         "the planner turns it on wherever attention would be materialised; `true` or `false` pins it (a knob, "
+        "recorded like `lean_logits`)")})  # fmt: skip
+    quantize_embeddings: bool | None = field(default=None, metadata={"help": (
+        "with `quantization_bit`, the input embeddings and the output layer in the run's bits too; the planner "
+        "turns it on only where 4 bits of the linear layers alone do not fit; `true` or `false` pins it (a knob, "
         "recorded like `lean_logits`)")})  # fmt: skip
 
 
@@ -158,6 +164,7 @@ def from_args(args: dict, world_size: int = 1) -> Knobs:
         world_size=world_size,
         lean_logits=bool(own.lean_logits),  # on wherever it applies
         lean_attention=None if own.lean_attention is None else bool(own.lean_attention),
+        quantize_embeddings=bool(own.quantize_embeddings) and args.get("quantization_bit") is not None,
         eval_batch=eval_batch(args),
     )
 
@@ -183,6 +190,7 @@ def to_args(knobs: Knobs, effective: int) -> dict:
         "flash_attn": {"eager": "disabled"}.get(knobs.attention, knobs.attention),
         "lean_logits": knobs.lean_logits,
         "lean_attention": knobs.lean_attention,
+        "quantize_embeddings": knobs.quantize_embeddings,
         **extra,
     }
 
@@ -250,6 +258,8 @@ def describe(knobs: Knobs, effective: int) -> str:
         words.append(f"eval batch {knobs.eval_batch}")
     if knobs.quantization_bit:
         words.append(f"{knobs.quantization_bit}-bit QLoRA")
+    if knobs.quantize_embeddings:
+        words.append(f"{knobs.quantization_bit}-bit embeddings and output layer")
     if "8bit" in knobs.optim:
         words.append(knobs.optim)
     if knobs.zero_stage:
@@ -274,6 +284,8 @@ def changes(asked: Knobs, chosen: Knobs, effective: int, floor: int, share_cut: 
         f"{asked.eval_batch} does not fit",
         "zero_stage": f"DeepSpeed ZeRO-{chosen.zero_stage} over {chosen.world_size} processes",
         "quantization_bit": f"{chosen.quantization_bit}-bit QLoRA (bitsandbytes): nothing fits with 16-bit weights",
+        "quantize_embeddings": f"the embeddings and the output layer in {chosen.quantization_bit} bits too "
+        "(quantize_embeddings): nothing fits with them in 16 bits",
         "optim": f"optimizer {asked.optim} -> {chosen.optim}",
         "lora_rank": f"LoRA rank {asked.lora_rank} -> {chosen.lora_rank}: nothing fits at rank {asked.lora_rank}",
         "cutoff_len": f"cutoff_len {asked.cutoff_len} -> {chosen.cutoff_len}: nothing fits at {asked.cutoff_len} "

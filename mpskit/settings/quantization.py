@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from mpskit.errors import MpskitError
 from mpskit.machine.hardware import Hardware, installed_version
-from mpskit.settings.knobs import zero_stage_of
+from mpskit.settings.knobs import own_settings, zero_stage_of
 
 BITS = (4, 8)
 METHOD = "bnb"  # LLaMA-Factory's name for bitsandbytes
@@ -49,6 +49,7 @@ def check_settings(args: dict) -> None:
     8 bits under DeepSpeed ZeRO-3 (LLaMA-Factory shards 4-bit bases only)."""
     bits = args.get("quantization_bit")
     method = str(args.get("quantization_method", METHOD))
+    _check_packed_vocabulary(args)
     if bits is None:
         return
     if bits not in BITS:
@@ -75,6 +76,27 @@ def check_settings(args: dict) -> None:
             "quantization_bit=8 under DeepSpeed ZeRO-3: LLaMA-Factory shards 4-bit bases only",
             "set quantization_bit=4, or ZeRO-2",
         )
+
+
+VOCAB_MODULES = ("embed_tokens", "lm_head")
+
+
+def _check_packed_vocabulary(args: dict) -> None:
+    """quantize_embeddings packs the embeddings and the output layer in the base's bits, frozen: it needs
+    a quantized base, and nothing may train or resize them."""
+    if own_settings(args).quantize_embeddings is not True:
+        return
+    if args.get("quantization_bit") is None:
+        raise MpskitError("quantize_embeddings=true packs the embeddings in the base's bits, and the base is 16-bit",
+                          "set quantization_bit=4 (or 8), or leave quantize_embeddings out")  # fmt: skip
+    for key in ("lora_target", "additional_target"):
+        named = [name.strip() for name in str(args.get(key) or "").split(",") if name.strip() in VOCAB_MODULES]
+        if named:
+            raise MpskitError(f"{key} names {', '.join(named)}, which quantize_embeddings=true packs and freezes",
+                              f"take {', '.join(named)} out of {key}, or leave quantize_embeddings out")  # fmt: skip
+    if args.get("resize_vocab") is True:
+        raise MpskitError("resize_vocab=true grows the embeddings, which quantize_embeddings=true packs and freezes",
+                          "leave one of them out")  # fmt: skip
 
 
 def pre_quantized_method(model: str) -> str | None:

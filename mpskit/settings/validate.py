@@ -51,6 +51,7 @@ SWITCHES = (
     "trust_remote_code",
     "lean_logits",
     "lean_attention",
+    "quantize_embeddings",
     "train_on_prompt",
     "mask_history",
     "streaming",

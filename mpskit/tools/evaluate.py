@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from mpskit.datasets.dataset_checks import check_datasets
@@ -26,7 +27,7 @@ from mpskit.settings.foodpo import FOODPO_KEYS
 from mpskit.settings.run_spec import RunSpec
 from mpskit.stages import stage_of
 from mpskit.tools.compare import markdown_table
-from mpskit.tools.use_run import inference_args, open_trained
+from mpskit.tools.use_run import inference_args, open_trained, packed_vocabulary
 
 COLUMNS = ("run", "stage", "eval dataset", "eval_rewards/accuracies", "eval_rewards/margins", "eval_loss")
 KEPT = ("dataset_dir", "cutoff_len", "per_device_eval_batch_size", "pref_beta", "pref_loss", "seed", "use_cpu")
@@ -61,7 +62,9 @@ def evaluate_run(
         out = run.new_folder("eval", f"{folder}-{time.strftime('%Y%m%d-%H%M%S')}")
         eval_args["output_dir"] = str(out)
         with library_output(out):  # LLaMA-Factory prints its metrics; stdout is the table's
-            lf.run(RunSpec.of(eval_args))
+            spec = RunSpec.of(eval_args)
+            packed = replace(spec.lean, quantize_embeddings=packed_vocabulary(run))  # the policy's and the reference's
+            lf.run(replace(spec, lean=packed))
         results = run.results(out)
     row = {"run": os.path.relpath(run.path), "stage": stage, "eval dataset": dataset}
     return {**row, **{column: results.get(column) for column in COLUMNS[3:]}}

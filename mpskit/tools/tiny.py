@@ -73,11 +73,10 @@ def _build(out: Path, data: Path, seed: int, dims: dict | None) -> None:
 
     tokenizer = _tokenizer(data)
     torch.manual_seed(seed)
-    shape = {**TINY_DIMS, "vocab_size": len(tokenizer), **(dims or {})}
+    shape = {**TINY_DIMS, "vocab_size": len(tokenizer), "tie_word_embeddings": True, **(dims or {})}
     shape["vocab_size"] = max(shape["vocab_size"], len(tokenizer))
     config = Qwen2Config(
         max_position_embeddings=4096,
-        tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.pad_token_id,
