@@ -5,8 +5,9 @@ which the planner finds a setting that fits without lowering it. For Qwen2.5-0.5
 16-bit weights: as LLaMA-Factory runs (whole logits, its own attention), with lean logits, and with
 lean logits and lean attention (`auto`: where the attention would be materialised, i.e. on the Macs).
 For the 7B-14B models with both lean paths, in 16 bits where they fit and else in 4 bits (marked
-`q4`). The planner may move every other knob (batch with accumulation, checkpointing, attention,
-dtype, LoRA rank down to 4).
+`q4`; `q4e`: the embeddings and the output layer in 4 bits too, quantize_embeddings). The planner
+may move every other knob (batch with accumulation, checkpointing, attention, dtype, LoRA rank down
+to 4).
 
     python bench/what_fits.py            print the table
     python scripts/docs_tables.py        write it (and the key table) into the docs
@@ -34,9 +35,10 @@ COLUMNS += [(model, "lean, 16 or 4-bit", True, None, True) for model in ("qwen2.
 
 
 def largest_fit(hardware: str, stage: str, model: str, lean_logits: bool, lean_attention: bool | None,
-                four_bit: bool = False) -> tuple[int | None, bool]:  # fmt: skip
-    """The largest cutoff that fits (None: not even 256), and whether its plan is 4-bit."""
-    largest = None, False
+                four_bit: bool = False) -> tuple[int | None, str]:  # fmt: skip
+    """The largest cutoff that fits (None: not even 256), and its plan's bits: "", "q4", or "q4e" (the
+    embeddings and output layer too)."""
+    largest = None, ""
     for cutoff in CUTOFFS:
         words = {"stage": stage, "model_preset": model, "cutoff_len": cutoff, "min_cutoff_len": cutoff,
                  "lean_logits": lean_logits}  # fmt: skip
@@ -47,7 +49,8 @@ def largest_fit(hardware: str, stage: str, model: str, lean_logits: bool, lean_a
         result = plan_run(resolve(words, hardware=hardware))
         if not result.fits:
             break
-        largest = cutoff, result.chosen.knobs.quantization_bit is not None
+        knobs = result.chosen.knobs
+        largest = cutoff, "" if knobs.quantization_bit is None else "q4e" if knobs.quantize_embeddings else "q4"
     return largest
 
 
@@ -62,7 +65,7 @@ def table() -> str:
     for hardware in PROFILES:
         for label, stage in STAGES.items():
             fits = [largest_fit(hardware, stage, model, *path) for model, _, *path in COLUMNS]
-            cells = ["-" if cut is None else f"{cut} q4" if quantized else str(cut) for cut, quantized in fits]
+            cells = ["-" if cut is None else f"{cut} {bits}".strip() for cut, bits in fits]
             lines.append(f"| {hardware} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

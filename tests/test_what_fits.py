@@ -47,5 +47,8 @@ def test_a_16_gb_mac_plans_foodpo_at_4096_for_qwen25_15b():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "lean attention" in result.stdout and "cutoff_len 4096" in result.stdout
     assert "attention  lean attention: -" in result.stdout and "against SDPA's math path" in result.stdout
-    refused = run_mpskit("plan", *words, "lean_attention=false", "--hardware", "m1-pro-16gb")
+    refused = run_mpskit("plan", *words, "lean_attention=false", "quantize_embeddings=false",
+                         "--hardware", "m1-pro-16gb")  # fmt: skip
     assert refused.returncode == 3 and "NO SETTING FITS" in refused.stdout
+    packed = run_mpskit("plan", *words, "lean_attention=false", "--hardware", "m1-pro-16gb")  # packed embeddings fit
+    assert packed.returncode == 0 and "4-bit embeddings and output layer" in packed.stdout

@@ -93,6 +93,8 @@ def flops_per_token(dims: ModelDims, knobs: Knobs, stage: str, length: float | N
     layers = dims.layers * layer_flops
     head = 2 * dims.vocab * dims.hidden
     per_token = 2 * (layers + head) + (layers if knobs.checkpointing else 0)
+    if knobs.quantize_embeddings:  # a packed output layer's gradient pass computes each chunk's logits again
+        per_token += head
     if stage_of(stage).reference_model:
         per_token += layers + head  # reference forward under no_grad
     return per_token
@@ -144,13 +146,15 @@ def fixed_cost_s(speed: Throughput, stage: str, dims: ModelDims, knobs: Knobs) -
     tiny model, whose steps are almost all fixed cost: bench/duration.py, bench/demo_duration.py) and,
     for a 16-bit checkpoint without autocast, its per-layer figure (bench/real.py), twice over for a
     stage with a reference model (its own forward pass and the pairs' bookkeeping); and a quantized
-    base's weights dequantized in each pass (quantized_weight_s)."""
+    base's weights dequantized in each pass (quantized_weight_s), and a packed output layer's."""
     reference = stage_of(stage).reference_model
     layers = dims.layers * speed.half_layer_s if native_half(dims, knobs) else 0.0
     fixed = (speed.step_overhead_s + layers) * (2 if reference else 1)
     if knobs.quantization_bit and speed.quantized_weight_s is not None:
         passes = 2 + int(knobs.checkpointing) + int(reference)
         fixed += dims.layers * dims.layer_linear_weights() * speed.quantized_weight_s * passes
+        if knobs.quantize_embeddings:  # the packed output layer, dequantized twice in training, once more for DPO
+            fixed += dims.vocab * dims.hidden * speed.quantized_weight_s * (2 + int(reference))
     return fixed
 
 

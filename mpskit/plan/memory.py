@@ -82,6 +82,16 @@ MMAP_CEILING_BYTES = 32 * 1024**2
 # gradient; in the backward, the hidden gradient scattered back to every position.
 LEAN_CHUNK_BYTES = 128 * 1024**2
 LEAN_CHUNK_COPIES = 2
+# With quantize_embeddings the output layer is dequantized a chunk of its rows at a time, each chunk
+# under this size (engine/quantized_vocab.py); the lean path holds one. Packing a table as it loads
+# works 4 MiB of its rows at a time: bitsandbytes' CPU quantizer holds several times its input while
+# it works (1.9 GB for a whole 151,936 x 896 bf16 table; a chunk at a time, 85 MB above the packed
+# table). Beside the 16-bit table the loader hands over, loading then holds PACKING_BYTES more: fitted
+# to bench/packed_vocab.py's loading peaks (one shape, the CPU; not held out).
+DEQUANTIZED_ROWS_BYTES = 32 * 1024**2
+PACKING_ROWS_BYTES = 4 * 1024**2
+PACKING_BYTES = 144 * 1024**2
+PACK_BLOCK = 64
 LEAN_HIDDEN_COPIES = 3
 # Lean attention (lean_attention.py) holds one block of float32 scores at a time. On the CPU small
 # blocks are fastest (bench/lean_attention.py); on a GPU larger ones mean fewer kernel launches.
@@ -296,12 +306,37 @@ def activation_width(dims: ModelDims, knobs: Knobs) -> int:
 
 def weight_bytes(dims: ModelDims, knobs: Knobs) -> float:
     """Base weights: bitsandbytes quantizes the decoder's linear layers (QUANTIZED_BYTES per weight);
-    embeddings, the output layer, norms and biases keep their width (weight_width)."""
+    embeddings, the output layer, norms and biases keep their width (weight_width), except that
+    quantize_embeddings packs the embeddings and the output layer (one copy where tied; packed_bytes)."""
     width = weight_width(dims, knobs)
     if knobs.quantization_bit is None:
         return dims.params() * width
     linear = dims.layers * dims.layer_linear_weights()
-    return linear * QUANTIZED_BYTES[knobs.quantization_bit] + (dims.params() - linear) * width
+    packed = vocab_weights(dims) if knobs.quantize_embeddings else 0
+    rest = dims.params() - linear - packed
+    return linear * QUANTIZED_BYTES[knobs.quantization_bit] + packed * packed_bytes(dims, knobs) + rest * width
+
+
+def vocab_weights(dims: ModelDims) -> int:
+    """The input embeddings' and the output layer's weights (one table where they are tied)."""
+    return dims.vocab * dims.hidden * (1 if dims.tied_embeddings else 2)
+
+
+def packed_bytes(dims: ModelDims, knobs: Knobs) -> float:
+    """Bytes per weight of a packed embedding or output layer (engine/quantized_vocab.py): 4 bits with
+    a float32 scale per PACK_BLOCK weights, or int8 with a float32 scale per row (counted, not fitted:
+    a packed table is its tensors)."""
+    if knobs.quantization_bit == 4:
+        return 0.5 + 4 / PACK_BLOCK
+    return 1 + 4 / dims.hidden
+
+
+def dequantized_rows(dims: ModelDims, knobs: Knobs) -> int:
+    """What the lean path holds beside its logits for a packed output layer: one chunk of its rows
+    dequantized."""
+    if not knobs.quantize_embeddings:
+        return 0
+    return min(DEQUANTIZED_ROWS_BYTES, dims.vocab * dims.hidden * weight_width(dims, knobs))
 
 
 def optimizer_bytes_per_parameter(optim: str) -> int:
@@ -437,7 +472,8 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     logit_buffer = tokens * dims.vocab * 4
     if lean_logits_apply(knobs, stage, dims):
         chunk = min(LEAN_CHUNK_BYTES, logit_buffer)
-        logit_parts = {"lean logits": LEAN_CHUNK_COPIES * chunk + LEAN_HIDDEN_COPIES * tokens * dims.hidden * width}
+        hidden_rows = LEAN_HIDDEN_COPIES * tokens * dims.hidden * width
+        logit_parts = {"lean logits": LEAN_CHUNK_COPIES * chunk + hidden_rows + dequantized_rows(dims, knobs)}
     elif stage_of(stage).reference_model:
         logit_parts = {
             "logits (float32)": 2 * logit_buffer,
@@ -499,6 +535,7 @@ def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, par
     if lean_logits_apply(knobs, stage, dims):
         chunk = min(LEAN_CHUNK_BYTES, logit_buffer)
         logits = EVAL_LEAN_CHUNK_COPIES[allocator(device)] * chunk + tokens * dims.hidden * width
+        logits += dequantized_rows(dims, knobs)
     else:
         logits = EVAL_LOGIT_COPIES["dpo" if stage_of(stage).reference_model else "sft"] * logit_buffer
     moment = {"held-out logits": logits} if logits >= layer else {"held-out layer forward": layer}
@@ -514,4 +551,7 @@ def loading_peak(dims: ModelDims, knobs: Knobs, parts: dict[str, int], device: s
         return 0
     largest = max(dims.hidden, dims.kv_dim) * max(dims.hidden, dims.ffn)
     copies = 0 if device == "cuda" else LOADING_COPIES[knobs.quantization_bit]
-    return parts["weights"] + parts.get("lora weights", 0) + copies * largest * 4
+    transient = copies * largest * 4
+    if knobs.quantize_embeddings:  # a table arrives in 16 bits and is packed a chunk at a time
+        transient = max(transient, dims.vocab * dims.hidden * weight_width(dims, knobs) + PACKING_BYTES)
+    return parts["weights"] + parts.get("lora weights", 0) + transient

@@ -19,7 +19,7 @@ from mpskit.datasets.token_lengths import DataLengths
 from mpskit.machine.hardware import Hardware, bf16_is_fast, bf16_supported
 from mpskit.plan.budget import SAFETY_MARGIN, Budget, budget_for
 from mpskit.plan.duration import Throughput, throughput_for, tokens_per_second
-from mpskit.plan.memory import GB, Estimate, ModelDims, estimate, lean_attention_runs
+from mpskit.plan.memory import GB, PACK_BLOCK, Estimate, ModelDims, estimate, lean_attention_runs
 from mpskit.settings.knobs import (
     DEFAULT_CUTOFF_FLOOR,
     DEFAULT_OPTIM,
@@ -108,6 +108,8 @@ def candidates(
             cutoffs, ranks, batches, checkpointing, attentions, dtypes, bits_optim_zero
         )
     ]  # fmt: skip
+    if "quantize_embeddings" in free and dims.hidden % PACK_BLOCK == 0:  # preference: only where nothing else fits
+        settings += [replace(k, quantize_embeddings=True) for k in settings if k.quantization_bit is not None]
     if "lean_attention" in free:  # auto: lean wherever the attention would be materialised
         settings = [replace(k, lean_attention=lean_attention_runs(k, device, dims)) for k in settings]
     # lean attention replaces sdpa and eager alike: one of the two is enough
@@ -131,10 +133,12 @@ def preference(option: Option) -> tuple:
     fp32 over the bf16 that M1/M2 emulate, a candidate only there: bf16 only where fp32 does not fit,
     never to buy speed by turning checkpointing off), then speed, then the plainer optimizer when
     speeds tie. A 4-bit base is the last resort: it changes the model itself, where a shorter
-    cutoff_len (down to min_cutoff_len) or rank only changes the adapter."""
+    cutoff_len (down to min_cutoff_len) or rank only changes the adapter; 4-bit embeddings and output
+    layer come after that."""
     knobs = option.knobs
     return (
         knobs.quantization_bit is None,
+        not knobs.quantize_embeddings,
         knobs.cutoff_len,
         knobs.lora_rank,
         knobs.dtype != "bf16",
@@ -206,7 +210,8 @@ def _alternatives(fitting: list[Option], count: int = 3) -> tuple[Option, ...]:
     same_quality = [
         o
         for o in fitting[1:]
-        if (o.knobs.cutoff_len, o.knobs.lora_rank) == (best.knobs.cutoff_len, best.knobs.lora_rank)
+        if (o.knobs.cutoff_len, o.knobs.lora_rank, o.knobs.quantize_embeddings)
+        == (best.knobs.cutoff_len, best.knobs.lora_rank, best.knobs.quantize_embeddings)
     ]
     same_quality.sort(key=lambda o: o.speed, reverse=True)
     return tuple(same_quality[:count])
