@@ -332,11 +332,11 @@ def dequantized_layers(model) -> tuple[torch.nn.Module, torch.nn.Module]:
     """Plain embedding and output layers holding what a packed model's packs hold (quantize_embeddings), the
     embedding with the hook that makes its output require grad under checkpointing, as LLaMA-Factory sets."""
     inner = model.get_base_model()
-    table = inner.get_input_embeddings().pack.rows(0, QWEN_VOCAB)
-    embedding = torch.nn.Embedding.from_pretrained(table, freeze=True)
+    packs = inner.get_input_embeddings().pack, inner.get_output_embeddings().pack
+    embedding = torch.nn.Embedding.from_pretrained(packs[0].rows(0, packs[0].shape[0]), freeze=True)
     embedding.register_forward_hook(lambda module, args, output: output.requires_grad_(True))
-    output = torch.nn.Linear(table.size(1), QWEN_VOCAB, bias=False)
-    output.weight = torch.nn.Parameter(inner.get_output_embeddings().pack.rows(0, QWEN_VOCAB), requires_grad=False)
+    output = torch.nn.Linear(packs[1].shape[1], packs[1].shape[0], bias=False)
+    output.weight = torch.nn.Parameter(packs[1].rows(0, packs[1].shape[0]), requires_grad=False)
     return embedding, output
 
 
