@@ -70,17 +70,24 @@ print(json.dumps({"export_peak_gb": (rss("VmHWM") - baseline) / 1024**3}))
 ARMS = {"16-bit": [], "4-bit": ["quantization_bit=4"]}
 
 
-def build_model(out: Path) -> tuple[Path, int]:
-    """The bench's model in bf16 shards, and its count of decoder-linear weights."""
+def bf16_shards(out: Path, dims: dict):
+    """A random model of DIMS with the tiny model's tokenizer, saved in bf16 shards of 100 MB under
+    OUT/bf16 (also bench/packed_vocab.py's); the model as saved."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from mpskit.tools.tiny import build_tiny_model
 
-    float32 = build_tiny_model(out / "float32", ROOT / "data", dims=DIMS)
+    float32 = build_tiny_model(out / "float32", ROOT / "data", dims=dims)
     model = AutoModelForCausalLM.from_pretrained(float32, dtype=torch.bfloat16)
     model.save_pretrained(out / "bf16", max_shard_size="100MB")
     AutoTokenizer.from_pretrained(float32).save_pretrained(out / "bf16")
+    return model
+
+
+def build_model(out: Path) -> tuple[Path, int]:
+    """The bench's model in bf16 shards, and its count of decoder-linear weights."""
+    model = bf16_shards(out, DIMS)
     linear = sum(p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2)
     return out / "bf16", linear
 
