@@ -7,8 +7,9 @@ spell of the machine lands on every case, medians and spread over the rounds:
            (mpskit.json: the peaks of steps and of evaluations are kept apart), and the plan's optimizer
            step against the measured steady step (hardware profile `cpu`). Cases marked `fit` set the
            memory model's constants and the profile's figures; the others are held out of that fit.
-  quality  identity SFT at the demo's settings in 16 and 4 bits, same data and seed: the held-out loss
-           before, along and after training (what 4-bit weights cost a real model).
+  quality  identity SFT at the demo's settings in 16 and 4 bits, and in 4 bits with the embeddings and
+           output layer packed too (quantize_embeddings), same data and seed: the held-out loss before, along
+           and after training, and the steady step (what 4-bit weights cost a real model).
   foodpo   DPO against fooDPO on checked_pref over 3 seeds: held-out reward accuracy and log-ratio gap.
   engine   `mpskit train` against plain `llamafactory-cli train` of the YAML mpskit wrote: the steady
            training time a step (the trainer's train_runtime: evaluations included, in both) and the
@@ -181,24 +182,32 @@ def train_demo_stage(words: list[str], out: Path) -> RunDir:
 
 
 def run_quality(repeats: int, work: Path) -> dict:
-    """Identity SFT at the demo's settings, 16 against 4 bits, one seed per round."""
+    """Identity SFT at the demo's settings, 16 bits, 4 bits, and 4 bits with the (tied) embeddings and
+    output layer packed too (quantize_embeddings), one seed per round, the arms' order turning round by round."""
     from mpskit.tools.demo import stage_words
 
-    arms = {"16-bit": [], "4-bit": ["quantization_bit=4"]}
+    arms = {"16-bit": [], "4-bit": ["quantization_bit=4"],
+            "4-bit packed": ["quantization_bit=4", "quantize_embeddings=true"]}  # fmt: skip
     curves: dict[str, list[list[tuple[int, float]]]] = {arm: [] for arm in arms}
+    steps_s: dict[str, list[float]] = {arm: [] for arm in arms}
     for repeat in range(repeats):
-        for arm in arms if repeat % 2 == 0 else list(arms)[::-1]:
+        order = list(arms)[repeat % len(arms) :] + list(arms)[: repeat % len(arms)]
+        for arm in order:
             words = [*stage_words("sft"), f"seed={repeat}", *arms[arm]]
-            run = train_demo_stage(words, work / f"quality-{arm}-{repeat}")
+            run = train_demo_stage(words, work / f"quality-{arm.replace(' ', '-')}-{repeat}")
             curves[arm].append(losses(run.path, "eval_loss"))
-            print(f"round {repeat + 1} {arm}: held-out loss {curves[arm][-1]}", flush=True)
+            steps_s[arm].append(steady_step_s(run.record.memory.measured.step_seconds))
+            said = f"held-out loss {curves[arm][-1]}, step {steps_s[arm][-1]:.2f} s"
+            print(f"round {repeat + 1} {arm}: {said}", flush=True)
     summary = {}
     for arm, runs in curves.items():
         steps = [step for step, _ in runs[0]]
         summary[arm] = {step: statistics.median(run[i][1] for run in runs) for i, step in enumerate(steps)}
         line = ", ".join(f"step {step} {value:.3f}" for step, value in summary[arm].items())
-        print(f"{arm}: held-out loss (median of {repeats} seeds) {line}")
-    return summary
+        ends = [run[-1][1] for run in runs]
+        print(f"{arm}: held-out loss (median of {repeats} seeds) {line}; at the end {spread(ends)}; "
+              f"step {spread(steps_s[arm], 2)} s")  # fmt: skip
+    return {"held_out_loss": summary, "step_s": steps_s}
 
 
 def run_foodpo(seeds: int, work: Path) -> dict:
