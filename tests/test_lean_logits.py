@@ -348,9 +348,10 @@ def test_a_packed_vocabulary_equals_llamafactory_on_the_layers_dequantized(qwen_
     from mpskit.engine.bends import packed_vocabulary
     from mpskit.engine.foodpo_trainer import build_dpo_trainer
     from mpskit.engine.quantized_vocab import PackedOutput
+    from mpskit.settings.run_spec import RunSpec
 
     args = {**trainer_args(qwen_vocab_model, tmp_path, stage), "quantization_bit": 4}
-    with packed_vocabulary(args, True):
+    with packed_vocabulary(RunSpec.of({**args, "quantize_embeddings": True})):
         if stage == "sft":
             plain, lean = build_sft_trainer(args, lean=False), build_sft_trainer(args, lean=True)
         else:

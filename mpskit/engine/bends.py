@@ -107,7 +107,7 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
     from mpskit.stages import stage_of
 
     quantized_base = spec.args.get("quantization_bit") is not None
-    packed = (VOCAB_LOADER,) if spec.lean.quantize_embeddings and quantized_base else ()
+    packed = (VOCAB_LOADER,) if spec.packs_vocabulary else ()
     quantized_bends = (READ_ON_DEMAND, TRAINING_LAYOUT, *packed) if quantized_base else ()
     for problem in check((LOG, RESUMABLE, LEAN, *quantized_bends)):
         warn(problem)
@@ -126,21 +126,22 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
             stack.enter_context(replaced(READ_ON_DEMAND.targets[0], quantized.SafeFileOnDemand))
             stack.enter_context(replaced(TRAINING_LAYOUT.targets[0], lambda: False))
             stack.enter_context(quantized.trim_between_layers())
-        stack.enter_context(packed_vocabulary(spec.args, bool(packed)))
+        stack.enter_context(packed_vocabulary(spec))
         yield lean, attention
 
 
 @contextlib.contextmanager
-def packed_vocabulary(args: dict, packs: bool) -> Iterator[None]:
-    """Within, where PACKS: models load with their embeddings and output layer packed in ARGS'
-    quantization_bit (quantize_embeddings), for training, chat and eval alike."""
-    if not packs:
+def packed_vocabulary(spec: RunSpec) -> Iterator[None]:
+    """Within, where SPEC packs its vocabulary: models load with their embeddings and output layer
+    packed in its quantization_bit (quantize_embeddings), for training, chat and eval alike."""
+    if not spec.packs_vocabulary:
         yield
         return
     from mpskit.engine.quantized_vocab import packing_loader
 
     target = VOCAB_LOADER.targets[0]
-    loader = packing_loader(current(target), int(args["quantization_bit"]), str(args.get("quantization_type", "nf4")))
+    bits, quant_type = int(spec.args["quantization_bit"]), str(spec.args.get("quantization_type", "nf4"))
+    loader = packing_loader(current(target), bits, quant_type)
     with replaced(target, loader):
         yield
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Iterator
 
 import torch
@@ -24,10 +25,10 @@ import torch
 from mpskit.engine.quantized import import_bitsandbytes
 from mpskit.errors import MpskitError
 
-# One chunk of the output layer's rows, dequantized, stays under this size (the memory model counts it).
-from mpskit.plan.memory import DEQUANTIZED_ROWS_BYTES, PACKING_ROWS_BYTES
+# The memory model's constants: one dequantized chunk of the output layer's rows, the weights per 4-bit
+# scale (rows of a width divisible by it are whole blocks), and the rows packed at a time as a table loads.
+from mpskit.plan.memory import DEQUANTIZED_ROWS_BYTES, PACK_BLOCK, PACKING_ROWS_BYTES
 
-BLOCK = 64  # weights per 4-bit scale: rows of a width divisible by it are whole blocks
 # the packing loader stands in for transformers' loader and says what it packed where the loader's lines go
 LOADER_LOG = logging.getLogger("transformers.core_model_loading")
 
@@ -42,20 +43,20 @@ class PackedRows:
         weight = weight.detach()
         self.shape, self.dtype, self.bits, self.quant_type = tuple(weight.shape), weight.dtype, bits, quant_type
         rows, width = self.shape
-        if bits == 4 and width % BLOCK:
+        if bits == 4 and width % PACK_BLOCK:
             raise MpskitError(f"quantize_embeddings=true: the model's tables are {width} wide, not whole 4-bit blocks "
-                              f"of {BLOCK}", "set quantization_bit=8, or quantize_embeddings=false")  # fmt: skip
+                              f"of {PACK_BLOCK}", "set quantization_bit=8, or quantize_embeddings=false")  # fmt: skip
         per_row = width // 2 if bits == 4 else width  # bytes: two 4-bit weights a byte, or one int8
         self.packed = torch.empty(rows, per_row, dtype=torch.uint8 if bits == 4 else torch.int8, device=weight.device)
-        self.scales = torch.empty(rows, width // BLOCK if bits == 4 else 1, device=weight.device)
+        self.scales = torch.empty(rows, width // PACK_BLOCK if bits == 4 else 1, device=weight.device)
         self.code = None
         # a chunk of rows at a time: bitsandbytes' CPU quantizer holds several times its input while it
         # works, 1.9 GB for a 0.26 GB output layer at once
         step = max(1, PACKING_ROWS_BYTES // (width * weight.dtype.itemsize))
         for start in range(0, rows, step):
-            chunk = weight[start : start + step]
+            chunk = weight[start : start + step].contiguous()
             if bits == 4:
-                packed, state = functional.quantize_4bit(chunk.contiguous(), blocksize=BLOCK, quant_type=quant_type)
+                packed, state = functional.quantize_4bit(chunk, blocksize=PACK_BLOCK, quant_type=quant_type)
                 self.code = state.code
                 scales = state.absmax
             else:
@@ -83,7 +84,7 @@ class PackedRows:
         from bitsandbytes import functional
 
         shape = torch.Size((len(packed), self.shape[1]))
-        state = functional.QuantState(absmax=scales.reshape(-1), shape=shape, code=self.code, blocksize=BLOCK,
+        state = functional.QuantState(absmax=scales.reshape(-1), shape=shape, code=self.code, blocksize=PACK_BLOCK,
                                       quant_type=self.quant_type, dtype=self.dtype)  # fmt: skip
         return functional.dequantize_4bit(packed.reshape(-1), state)
 
@@ -144,12 +145,6 @@ class PackedOutput(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.pack.bits}-bit"
 
 
-def pack_module(module: torch.nn.Module, weight: torch.Tensor, bits: int, quant_type: str) -> torch.nn.Module:
-    """The packed stand-in for an embedding or a linear output layer, from its 16-bit weight."""
-    pack = PackedRows(weight, bits, quant_type)
-    return PackedEmbedding(pack) if isinstance(module, torch.nn.Embedding) else PackedOutput(pack)
-
-
 def vocab_paths(model: torch.nn.Module) -> dict[str, str]:
     """The input embedding's and the output layer's module paths in MODEL: {"input": ..., "output": ...}."""
     names = {id(module): name for name, module in model.named_modules()}
@@ -162,22 +157,25 @@ def vocab_paths(model: torch.nn.Module) -> dict[str, str]:
 
 def packing_loader(original, bits: int, quant_type: str):
     """transformers' `set_param_for_module`, packing the embedding's and the output layer's weights as
-    they arrive (a tied output layer reads the embedding's pack) and setting everything else as before."""
+    they arrive (a tied output layer reads the embedding's pack) and setting everything else as before.
+    The two paths are looked up once per model: the loader calls this for every weight."""
+    paths_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its two paths
 
     def set_param_for_module(model, target_name, param_value, loading_info, distributed_operation, hf_quantizer):
-        paths = vocab_paths(model)
+        if model not in paths_of:
+            paths_of[model] = vocab_paths(model)
+        paths = paths_of[model]
         weights = {f"{path}.weight": role for role, path in paths.items()}
         role = weights.get(target_name)
         if role is None:
             return original(model, target_name, param_value, loading_info, distributed_operation, hf_quantizer)
-        path = paths[role]
-        packed = pack_module(model.get_submodule(path), param_value, bits, quant_type)
-        model.set_submodule(path, packed)
-        LOADER_LOG.info(f"mpskit packed {target_name} ({' x '.join(map(str, packed.pack.shape))}) in {bits} bits: "
-                        f"{param_value.nbytes / 2**20:.1f} -> {packed.pack.nbytes / 2**20:.1f} MiB")  # fmt: skip
+        pack = PackedRows(param_value, bits, quant_type)
+        model.set_submodule(paths[role], PackedEmbedding(pack) if role == "input" else PackedOutput(pack))
+        LOADER_LOG.info(f"mpskit packed {target_name} ({' x '.join(map(str, pack.shape))}) in {bits} bits: "
+                        f"{param_value.nbytes / 2**20:.1f} -> {pack.nbytes / 2**20:.1f} MiB")  # fmt: skip
         loading_info.missing_keys.discard(target_name)
         if role == "input" and getattr(model.config, "tie_word_embeddings", False) and "output" in paths:
-            model.set_submodule(paths["output"], PackedOutput(packed.pack))
+            model.set_submodule(paths["output"], PackedOutput(pack))
             loading_info.missing_keys.discard(f"{paths['output']}.weight")
         _untie(model, set(weights))
         return None

@@ -32,6 +32,12 @@ class RunSpec:
         foodpo = split_foodpo_args(lf_args)[1] if lf_args.get("stage") == "foodpo" else None
         return cls(MappingProxyType(lf_args), own_settings(own), foodpo)
 
+    @property
+    def packs_vocabulary(self) -> bool:
+        """Whether the base loads with its embeddings and output layer packed too (quantize_embeddings on a
+        quantized base): training, chat and eval alike."""
+        return bool(self.lean.quantize_embeddings) and self.args.get("quantization_bit") is not None
+
     def yaml_args(self) -> dict:
         """llamafactory.yaml's arguments: LLaMA-Factory's keys, and for fooDPO its stage and keys (so
         plain llamafactory-cli refuses the file rather than run DPO)."""

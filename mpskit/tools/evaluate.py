@@ -27,7 +27,7 @@ from mpskit.settings.foodpo import FOODPO_KEYS
 from mpskit.settings.run_spec import RunSpec
 from mpskit.stages import stage_of
 from mpskit.tools.compare import markdown_table
-from mpskit.tools.use_run import inference_args, open_trained, packed_vocabulary
+from mpskit.tools.use_run import inference_args, open_trained
 
 COLUMNS = ("run", "stage", "eval dataset", "eval_rewards/accuracies", "eval_rewards/margins", "eval_loss")
 KEPT = ("dataset_dir", "cutoff_len", "per_device_eval_batch_size", "pref_beta", "pref_loss", "seed", "use_cpu")
@@ -63,7 +63,8 @@ def evaluate_run(
         eval_args["output_dir"] = str(out)
         with library_output(out):  # LLaMA-Factory prints its metrics; stdout is the table's
             spec = RunSpec.of(eval_args)
-            packed = replace(spec.lean, quantize_embeddings=packed_vocabulary(run))  # the policy's and the reference's
+            packs = RunSpec.of(run.train_args()).packs_vocabulary  # the policy's and the reference's, as trained
+            packed = replace(spec.lean, quantize_embeddings=packs)
             lf.run(replace(spec, lean=packed))
         results = run.results(out)
     row = {"run": os.path.relpath(run.path), "stage": stage, "eval dataset": dataset}

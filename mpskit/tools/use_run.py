@@ -14,7 +14,7 @@ from mpskit.engine import bends
 from mpskit.errors import MpskitError
 from mpskit.run.quiet import library_output
 from mpskit.rundir.folder import RunDir, latest_run_dir
-from mpskit.settings.knobs import own_settings
+from mpskit.settings.run_spec import RunSpec
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 MODEL_FILES = ("config.json", "model.safetensors")  # a full fine-tune's: the run folder is the model (or its index)
@@ -69,13 +69,6 @@ def inference_args(run: RunDir, quantized: bool = True, base: bool = False) -> d
     return {**chosen, "adapter_name_or_path": str(run.path)}
 
 
-def packed_vocabulary(run: RunDir) -> bool:
-    """Whether the run trained with its embeddings and output layer packed (quantize_embeddings): chat
-    and eval then load its base so too, as it trained."""
-    packed = own_settings(run.record.mpskit_args).quantize_embeddings is True
-    return packed and run.yaml_args().get("quantization_bit") is not None
-
-
 def chat(
     run_dir: str | Path | None, prompt: str | None = None, max_new_tokens: int = 256, allow_unfinished: bool = False,
     base: bool = False,
@@ -84,7 +77,8 @@ def chat(
     run's base model alone (its template and bits), to compare with what training made of it."""
     run = RunDir.open(run_dir or latest_run_dir()) if base else open_trained(run_dir, allow_unfinished)
     args = inference_args(run, base=base)
-    with library_output(), bends.packed_vocabulary(args, packed_vocabulary(run)):  # stdout is for the answers
+    # stdout is for the answers; the base loads as the run trained it, its vocabulary packed where it was
+    with library_output(), bends.packed_vocabulary(RunSpec.of(run.train_args())):
         from llamafactory.chat import ChatModel
 
         model = ChatModel({**args, "max_new_tokens": max_new_tokens})
