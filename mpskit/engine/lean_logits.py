@@ -19,6 +19,7 @@ import contextlib
 
 import torch
 
+from mpskit.engine.quantized import trim_heap
 from mpskit.engine.quantized_vocab import PackedOutput, PackedRows
 
 # One chunk's float32 logits stay under this size (about 220 positions for Qwen's vocabulary); the
@@ -72,7 +73,12 @@ class _VocabChunkedTokenLogps(_ChunkedTokenLogps):
     gradients a second computes each chunk's softmax minus one-hot, rounded as the whole path rounds
     it, times the chunk's rows in the weights' dtype (as the whole path multiplies), the chunks' products
     summed in float32 and rounded once. In float32 that equals the whole path to float32's rounding; in
-    16 bits each chunk's product is rounded once more (hidden-state gradients within 0.3%, Qwen's vocabulary)."""
+    16 bits each chunk's product is rounded once more (hidden-state gradients within 0.3%, Qwen's vocabulary).
+    Each chunk's float32 logits are worked on in place, its rows are dropped before the next chunk's are
+    made, and on glibc the heap is trimmed after each chunk, so one chunk of each stays (the memory
+    model's PACKED_CHUNK_COPIES). Untrimmed, glibc kept the chunks' freed pages: on Qwen's vocabulary
+    (bench/packed_vocab.py) the step's peak was a half higher and varied by 0.1 GB from run to run; the
+    trims cost a fourth of that bench's step, a model with 4 layers under a 151,936-row output layer."""
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, pack, targets: torch.Tensor, with_grad: bool):
@@ -82,26 +88,30 @@ class _VocabChunkedTokenLogps(_ChunkedTokenLogps):
         total = torch.zeros(n, dtype=torch.float32, device=hidden.device)
         target_logits = torch.zeros(n, dtype=torch.float32, device=hidden.device)
         rows = min(pack.chunk_rows(), max(1, CHUNK_BYTES // (4 * n)))
-        for start, end, weight in pack.chunks(rows):
+        for start, end in pack.ranges(rows):
+            weight = pack.rows(start, end)
             logits = torch.nn.functional.linear(rows_in, weight).float()
-            new_max = torch.maximum(running_max, logits.max(dim=1).values)
-            total = total * (running_max - new_max).exp() + (logits - new_max.unsqueeze(1)).exp().sum(dim=1)
-            running_max = new_max
+            del weight
             inside, local = _in_chunk(targets, start, end)
             target_logits = torch.where(inside, logits.gather(1, local.unsqueeze(1)).squeeze(1), target_logits)
+            new_max = torch.maximum(running_max, logits.max(dim=1).values)
+            total = total * (running_max - new_max).exp() + logits.sub_(new_max.unsqueeze(1)).exp_().sum(dim=1)
+            running_max = new_max
             del logits
+            trim_heap()
         log_total = total.log()  # log_softmax is (x - max) - log(sum): the same roundings, in that order
         grad = None
         if with_grad:
             grad = torch.zeros(n, width, dtype=torch.float32, device=hidden.device)
-            for start, end, weight in pack.chunks(rows):
-                logits = torch.nn.functional.linear(rows_in, weight).float()
-                softmax = ((logits - running_max.unsqueeze(1)) - log_total.unsqueeze(1)).exp_()
-                del logits
+            for start, end in pack.ranges(rows):
+                weight = pack.rows(start, end)
+                softmax = torch.nn.functional.linear(rows_in, weight).float()
+                softmax.sub_(running_max.unsqueeze(1)).sub_(log_total.unsqueeze(1)).exp_()
                 inside, local = _in_chunk(targets, start, end)
                 softmax[inside.nonzero().squeeze(1), local[inside]] -= 1
                 grad += (softmax.to(pack.dtype) @ weight).float()  # softmax - one-hot, times W
-                del softmax
+                del softmax, weight
+                trim_heap()
             grad = grad.to(hidden.dtype)
         ctx.save_for_backward(grad)
         return (target_logits - running_max) - log_total

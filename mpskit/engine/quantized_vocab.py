@@ -91,10 +91,15 @@ class PackedRows:
     def chunks(self, rows: int | None = None):
         """(start, end, rows start..end dequantized) over the whole weight, `rows` at a time (by
         default as many as DEQUANTIZED_ROWS_BYTES holds)."""
+        for start, end in self.ranges(rows):
+            yield start, end, self.rows(start, end)
+
+    def ranges(self, rows: int | None = None) -> Iterator[tuple[int, int]]:
+        """(start, end) of those chunks: a loop that dequantizes each itself and drops it before the
+        next holds one chunk (a loop over `chunks` holds the last while the next is made)."""
         rows = rows or self.chunk_rows()
         for start in range(0, self.shape[0], rows):
-            end = min(start + rows, self.shape[0])
-            yield start, end, self.rows(start, end)
+            yield start, min(start + rows, self.shape[0])
 
     def chunk_rows(self) -> int:
         """How many rows one dequantized chunk holds under DEQUANTIZED_ROWS_BYTES."""

@@ -83,14 +83,19 @@ MMAP_CEILING_BYTES = 32 * 1024**2
 LEAN_CHUNK_BYTES = 128 * 1024**2
 LEAN_CHUNK_COPIES = 2
 # With quantize_embeddings the output layer is dequantized a chunk of its rows at a time, each chunk
-# under this size (engine/quantized_vocab.py); the lean path holds one. Packing a table as it loads
-# works 4 MiB of its rows at a time: bitsandbytes' CPU quantizer holds several times its input while
-# it works (1.9 GB for a whole 151,936 x 896 bf16 table; a chunk at a time, 85 MB above the packed
-# table). Beside the 16-bit table the loader hands over, loading then holds PACKING_BYTES more: fitted
-# to bench/packed_vocab.py's loading peaks (one shape, the CPU; not held out).
+# under this size (engine/quantized_vocab.py); the lean path holds one, and the float32 logits of every
+# position against those rows, worked on in place, beside the 16-bit product they come from or the
+# 16-bit copy the gradient's matmul takes: PACKED_CHUNK_COPIES, counted (on glibc the heap is trimmed
+# after each chunk, engine/lean_logits.py, so that is what stays, in training and evaluation).
+# Packing a table as it loads works 4 MiB of its rows at a time: bitsandbytes' CPU quantizer holds
+# several times its input while it works (1.9 GB for a whole 151,936 x 896 bf16 table; a chunk at a
+# time, 85 MB above the packed table). Beside the 16-bit table the loader hands over, loading then
+# holds PACKING_BYTES more: fitted to bench/packed_vocab.py's loading peaks (one shape, the CPU; not
+# held out).
 DEQUANTIZED_ROWS_BYTES = 32 * 1024**2
 PACKING_ROWS_BYTES = 4 * 1024**2
 PACKING_BYTES = 144 * 1024**2
+PACKED_CHUNK_COPIES = 2
 PACK_BLOCK = 64
 LEAN_HIDDEN_COPIES = 3
 # Lean attention (lean_attention.py) holds one block of float32 scores at a time. On the CPU small
@@ -471,9 +476,8 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
 
     logit_buffer = tokens * dims.vocab * 4
     if lean_logits_apply(knobs, stage, dims):
-        chunk = min(LEAN_CHUNK_BYTES, logit_buffer)
         hidden_rows = LEAN_HIDDEN_COPIES * tokens * dims.hidden * width
-        logit_parts = {"lean logits": LEAN_CHUNK_COPIES * chunk + hidden_rows + dequantized_rows(dims, knobs)}
+        logit_parts = {"lean logits": lean_chunks(dims, knobs, tokens, LEAN_CHUNK_COPIES) + hidden_rows}
     elif stage_of(stage).reference_model:
         logit_parts = {
             "logits (float32)": 2 * logit_buffer,
@@ -501,6 +505,17 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     parts["overhead"] = RUN_OVERHEAD_BYTES[allocator(device)]
     return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES), loading=loading_peak(dims, knobs, parts, device),
                     eval_parts=evaluation_parts(dims, knobs, stage, device, parts))  # fmt: skip
+
+
+def lean_chunks(dims: ModelDims, knobs: Knobs, tokens: int, copies: int) -> int:
+    """The lean path's chunks of float32 logits: `copies` of at most LEAN_CHUNK_BYTES over the whole
+    vocabulary, or for a packed output layer, PACKED_CHUNK_COPIES of every position against one chunk
+    of its rows, with those rows dequantized."""
+    rows = dequantized_rows(dims, knobs)
+    if not rows:
+        return copies * min(LEAN_CHUNK_BYTES, tokens * dims.vocab * 4)
+    chunk_rows = rows // (dims.hidden * weight_width(dims, knobs))
+    return PACKED_CHUNK_COPIES * min(LEAN_CHUNK_BYTES, tokens * chunk_rows * 4) + rows
 
 
 def dequantized_bytes(dims: ModelDims, knobs: Knobs) -> int:
@@ -533,9 +548,8 @@ def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, par
         layer += dequantized_bytes(dims, knobs)
     logit_buffer = tokens * dims.vocab * 4
     if lean_logits_apply(knobs, stage, dims):
-        chunk = min(LEAN_CHUNK_BYTES, logit_buffer)
-        logits = EVAL_LEAN_CHUNK_COPIES[allocator(device)] * chunk + tokens * dims.hidden * width
-        logits += dequantized_rows(dims, knobs)
+        logits = lean_chunks(dims, knobs, tokens, EVAL_LEAN_CHUNK_COPIES[allocator(device)])
+        logits += tokens * dims.hidden * width
     else:
         logits = EVAL_LOGIT_COPIES["dpo" if stage_of(stage).reference_model else "sft"] * logit_buffer
     moment = {"held-out logits": logits} if logits >= layer else {"held-out layer forward": layer}
