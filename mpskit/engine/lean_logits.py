@@ -78,7 +78,7 @@ class _VocabChunkedTokenLogps(_ChunkedTokenLogps):
     made, and on glibc the heap is trimmed after each chunk, so one chunk of each stays (the memory
     model's PACKED_CHUNK_COPIES). Untrimmed, glibc kept the chunks' freed pages: on Qwen's vocabulary
     (bench/packed_vocab.py) the step's peak was a half higher and varied by 0.1 GB from run to run; the
-    trims cost a fourth of that bench's step, a model with 4 layers under a 151,936-row output layer."""
+    trims added a fourth to that bench's step, a model with 4 layers under a 151,936-row output layer."""
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, pack, targets: torch.Tensor, with_grad: bool):
