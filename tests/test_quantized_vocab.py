@@ -14,6 +14,7 @@ import torch
 from conftest import ROOT, run_mpskit
 
 from mpskit.engine import lean_logits, quantized_vocab
+from mpskit.errors import MpskitError
 from mpskit.plan.advice import plan_run
 from mpskit.plan.memory import weight_bytes
 from mpskit.settings.resolve import resolve
@@ -40,6 +41,14 @@ def test_a_table_packed_a_chunk_at_a_time_is_bitsandbytes_own_packing(monkeypatc
     assert torch.equal(torch.cat([rows for _, _, rows in pack.chunks(77)]), whole)
     ids = torch.tensor([[5, 999, 0], [5, 17, 640]])
     assert torch.equal(pack.gather(ids), whole[ids])
+
+
+def test_a_table_not_whole_4_bit_blocks_wide_is_refused_in_one_line_and_8_bits_packs_it():
+    weight = torch.randn(10, 96)  # 96 = one and a half blocks of 64
+    with pytest.raises(MpskitError, match="96 wide, not whole 4-bit blocks of 64") as refused:
+        quantized_vocab.PackedRows(weight, 4)
+    assert "\n" not in str(refused.value) and refused.value.fix.startswith("set quantization_bit=8")
+    assert quantized_vocab.PackedRows(weight, 8).rows(0, 10).shape == (10, 96)
 
 
 def test_lean_logits_on_a_packed_output_layer_equal_the_layer_dequantized_whole(monkeypatch):
