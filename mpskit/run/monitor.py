@@ -191,6 +191,19 @@ class MemoryMonitor(TrainerCallback):
         self.eval_peak = max(self.eval_peak or 0, self._mark())
         return control
 
+    def on_epoch_end(self, args, state, control, **kwargs):
+        """An evaluation at the epoch's end (eval_strategy=epoch, the stage presets') starts, as one
+        after a step does, from the heap handed back: the flow callback asks for it here, not at the
+        step's end."""
+        if control.should_evaluate:
+            self._mark(evaluation_next=True)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """So does the evaluation LLaMA-Factory runs after training (do_eval)."""
+        self._mark(evaluation_next=True)
+        return control
+
     def on_step_end(self, args, state, control, **kwargs):
         self.step_ends.append(time.perf_counter())
         self.step_peak = max(self.step_peak or 0, self._mark(evaluation_next=control.should_evaluate))
