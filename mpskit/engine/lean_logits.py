@@ -98,7 +98,7 @@ class _VocabChunkedTokenLogps(_ChunkedTokenLogps):
             total = total * (running_max - new_max).exp() + logits.sub_(new_max.unsqueeze(1)).exp_().sum(dim=1)
             running_max = new_max
             del logits
-            trim_heap()
+            _trim_on_the_cpu(hidden)
         log_total = total.log()  # log_softmax is (x - max) - log(sum): the same roundings, in that order
         grad = None
         if with_grad:
@@ -111,10 +111,16 @@ class _VocabChunkedTokenLogps(_ChunkedTokenLogps):
                 softmax[inside.nonzero().squeeze(1), local[inside]] -= 1
                 grad += (softmax.to(pack.dtype) @ weight).float()  # softmax - one-hot, times W
                 del softmax, weight
-                trim_heap()
+                _trim_on_the_cpu(hidden)
             grad = grad.to(hidden.dtype)
         ctx.save_for_backward(grad)
         return (target_logits - running_max) - log_total
+
+
+def _trim_on_the_cpu(hidden: torch.Tensor) -> None:
+    """The heap's free pages back to the system where the chunks live in it (a GPU's do not)."""
+    if hidden.device.type == "cpu":
+        trim_heap()
 
 
 def _in_chunk(targets: torch.Tensor, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
