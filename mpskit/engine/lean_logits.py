@@ -30,6 +30,8 @@ from mpskit.plan.memory import LEAN_CHUNK_BYTES as CHUNK_BYTES
 # with no logit scaling or soft-capping.
 from mpskit.plan.memory import LEAN_MODEL_TYPES
 
+MEAN_ROW_CHUNK_BYTES = 8 * 1024**2  # the float32 rows mean_logit_per_position sums at a time
+
 
 def chunk_rows(vocab: int) -> int:
     return max(1, CHUNK_BYTES // (4 * vocab))
@@ -150,14 +152,17 @@ def next_token_logps(
     return torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device).index_put((rows, positions), logps)
 
 
-def mean_logit_per_position(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def mean_logit_per_position(hidden: torch.Tensor, weight) -> torch.Tensor:
     """The mean over the vocabulary of each position's logits, (batch, seq), without the logits:
-    mean_v (h . W_v) = h . mean_v W_v. DPO logs the mean of these as logits/chosen and logits/rejected."""
+    mean_v (h . W_v) = h . mean_v W_v. DPO logs the mean of these as logits/chosen and logits/rejected.
+    The mean row is summed in float32 a chunk of rows at a time: summed whole, the output layer is
+    first copied to float32 (113 MB for SmolLM2's, 2.2 GB for Qwen2.5-7B's), in every DPO forward."""
     with torch.no_grad():
         if isinstance(weight, torch.Tensor):
-            mean_row = weight.sum(dim=0, dtype=torch.float32) / weight.size(0)
-        else:  # packed: summed a chunk of rows at a time
-            mean_row = sum(chunk.sum(dim=0, dtype=torch.float32) for _, _, chunk in weight.chunks()) / weight.shape[0]
+            chunks = weight.split(max(1, MEAN_ROW_CHUNK_BYTES // (4 * weight.size(1))))
+        else:  # packed: its own chunks of rows, dequantized one at a time
+            chunks = (chunk for _, _, chunk in weight.chunks())
+        mean_row = sum(chunk.sum(dim=0, dtype=torch.float32) for chunk in chunks) / weight.shape[0]
         return hidden.float() @ mean_row
 
 
@@ -188,11 +193,16 @@ def final_hidden_states(model: torch.nn.Module, inputs: dict) -> torch.Tensor:
     caught: list[torch.Tensor] = []
     hook = _final_norm(model).register_forward_hook(lambda module, args, output: caught.append(output))
     head = _causal_lm(model).get_output_embeddings()
+    held_out = not model.training
+    if held_out:
+        _trim_on_the_cpu(inputs["input_ids"])
     try:
         with head.skipped() if isinstance(head, PackedOutput) else contextlib.nullcontext():
             model(**inputs, return_dict=True, use_cache=False, logits_to_keep=1)
     finally:
         hook.remove()
+    if held_out:
+        _trim_on_the_cpu(caught[-1])
     return caught[-1]
 
 
