@@ -2,7 +2,8 @@
 
 Sections (all by default; --only picks one), each case in a fresh process, rounds interleaved so a busy
 spell of the machine lands on every case, medians and spread over the rounds:
-  memory   SFT and DPO (fooDPO once), 16 and 4 bits, the project's real data and rows that fill cutoff_len,
+  memory   SFT and DPO (fooDPO once), 16 and 4 bits, the project's real data, rows that fill cutoff_len and
+           rows whose prompts fill it under answers of a word or two,
            held-out evaluation on: the plan's training-step and evaluation peaks against the monitor's
            (mpskit.json: the peaks of steps and of evaluations are kept apart), and the plan's optimizer
            step against the measured steady step (hardware profile `cpu`). Cases marked `fit` set the
@@ -58,7 +59,9 @@ SFT_STEPS = int(next(word for word in STAGE_WORDS["sft"] if word.startswith("max
 class Case:
     stage: str
     bits: int  # 16: the bf16 checkpoint as it is; 4: quantization_bit=4
-    data: str  # "real": identity / checked_pref (rows of about 60 tokens); "long": rows that fill cutoff_len
+    # "real": identity / checked_pref (rows of about 60 tokens); "long": rows that fill cutoff_len;
+    # "long-prompt": prompts that fill it and answers of a word or two (the held-out peak is a layer's forward)
+    data: str
     cutoff: int
     batch: int
     checkpointing: bool
@@ -82,9 +85,18 @@ MEMORY_CASES = [
     Case("dpo", 16, "long", 256, 2, False, 4, fit=False),
     Case("dpo", 4, "long", 256, 1, True, 2, fit=True),
     Case("foodpo", 16, "long", 256, 2, True, 2, fit=False),
+    Case("sft", 16, "long-prompt", 512, 2, False, 8, fit=True),
+    Case("sft", 4, "long-prompt", 512, 2, False, 8, fit=True),
 ]
 DATASETS = {("sft", "real"): ("identity", "identity_eval"), ("pref", "real"): ("checked_pref", "checked_pref_eval"),
-            ("sft", "long"): ("long_sft", "long_sft"), ("pref", "long"): ("long_pref", "long_pref")}  # fmt: skip
+            ("sft", "long"): ("long_sft", "long_sft"), ("pref", "long"): ("long_pref", "long_pref"),
+            ("sft", "long-prompt"): ("long_prompt_sft", "long_prompt_sft")}  # fmt: skip
+
+
+def data_dirs(long: Path) -> dict[str, Path]:
+    """Each case's dataset_dir: the project's data, or the rows written for the bench (write_long_data)."""
+    written = write_long_data(long)
+    return {"real": DATA, "long": written, "long-prompt": written}
 
 
 def model() -> Path:
@@ -136,7 +148,7 @@ def spread(values: list[float], digits: int = 3) -> str:
 
 
 def run_memory(repeats: int, work: Path) -> dict:
-    data = {"real": DATA, "long": write_long_data(work / "long")}
+    data = data_dirs(work / "long")
     rounds: list[list[dict]] = [[] for _ in MEMORY_CASES]
     for repeat in range(repeats):
         order = list(enumerate(MEMORY_CASES))
@@ -281,7 +293,7 @@ def main() -> int:
     if ns.replan:
         with tempfile.TemporaryDirectory(prefix="mpskit-bench-real-") as tmp:
             saved = json.loads(Path(ns.replan).read_text())["memory"]["cases"]
-            data = {"real": DATA, "long": write_long_data(Path(tmp))}
+            data = data_dirs(Path(tmp))
             memory_table({row["case"]: row["runs"] for row in saved}, data)
         return 0
     model()

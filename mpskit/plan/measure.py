@@ -58,7 +58,8 @@ class Case:
 
 
 def write_long_data(out: Path, min_chars: int = 5000) -> Path:
-    """SFT and preference examples whose prompt and answer each run past any cutoff_len here."""
+    """SFT and preference examples whose prompt and answer each run past any cutoff_len here, and SFT
+    examples with such prompts and answers of a word or two (long_prompt_sft)."""
 
     def long_text(rows: list[dict], key: str, start: int) -> str:
         parts, i = [], start
@@ -79,11 +80,14 @@ def write_long_data(out: Path, min_chars: int = 5000) -> Path:
     pairs = [{"instruction": long_text(pref, "instruction", i), "input": "",
               "chosen": long_text(pref, "chosen", i + 1), "rejected": long_text(pref, "rejected", i + 2)}
              for i in range(16)]  # fmt: skip
+    short_answers = [{**row, "output": ("Yes.", "No.", "Paris.", "42.")[i % 4]} for i, row in enumerate(rows)]
     (out / "long_sft.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    (out / "long_prompt_sft.json").write_text(json.dumps(short_answers, ensure_ascii=False), encoding="utf-8")
     (out / "long_pref.json").write_text(json.dumps(pairs, ensure_ascii=False), encoding="utf-8")
     columns = {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"}
     info = {
         "long_sft": {"file_name": "long_sft.json"},
+        "long_prompt_sft": {"file_name": "long_prompt_sft.json"},  # answers of a word or two
         "long_pref": {"file_name": "long_pref.json", "ranking": True, "columns": columns},
     }
     (out / "dataset_info.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
