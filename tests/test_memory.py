@@ -7,6 +7,7 @@ import pytest
 from mpskit.plan.memory import (
     ACTIVATION_FACTOR,
     ATTENTION_GRADIENT_COPIES,
+    EVAL_CPU_OVERHEAD_BYTES,
     GB,
     LEAN_ATTENTION_BLOCK_COPIES,
     LEAN_CHUNK_BYTES,
@@ -80,7 +81,8 @@ def test_weights_are_counted_at_the_checkpoints_dtype_and_activations_at_the_aut
 def test_on_cuda_a_checkpoint_stored_in_the_compute_dtype_costs_its_bytes():
     """CUDA's allocator counts tensors exactly and autocast keeps no cast copies of weights already in the
     compute dtype (bench/real.py on an H200); a float32 checkpoint under bf16 keeps the fitted factors, as
-    do the CPU and MPS. Without gradients a GPU holds a chunk's float32 logits and their log-softmax."""
+    do the CPU and MPS. Without gradients a GPU holds a chunk's float32 logits and their log-softmax, as the
+    CPU does, whose held-out pass holds its tensors' own bytes beside a measured overhead."""
     bf16_checkpoint = replace(QWEN25_05B, checkpoint_dtype="bf16")
     knobs = Knobs(batch=2, cutoff_len=1024, dtype="bf16", lean_logits=True, eval_batch=2)
     cuda, mps = estimate(bf16_checkpoint, knobs, "sft", "cuda"), estimate(bf16_checkpoint, knobs, "sft", "mps")
@@ -88,9 +90,23 @@ def test_on_cuda_a_checkpoint_stored_in_the_compute_dtype_costs_its_bytes():
     assert cuda.parts["activations"] * ACTIVATION_FACTOR == pytest.approx(mps.parts["activations"], rel=1e-6)
     fp32_checkpoint = replace(QWEN25_05B, checkpoint_dtype="fp32")
     assert estimate(fp32_checkpoint, knobs, "sft", "cuda").parts["weights"] == int(WEIGHT_FACTOR * 494_032_768 * 4)
-    chunk = LEAN_CHUNK_BYTES  # 2 x 1024 positions of 151,936 float32 logits fill a chunk
-    assert cuda.eval_parts["held-out logits"] - estimate(bf16_checkpoint, knobs, "sft", "cpu").eval_parts[
-        "held-out logits"] == chunk  # fmt: skip
+    one_row = replace(knobs, eval_batch=1)  # 1024 positions of 151,936 float32 logits fill a chunk
+    cuda, cpu = estimate(bf16_checkpoint, one_row, "sft", "cuda"), estimate(bf16_checkpoint, one_row, "sft", "cpu")
+    hidden_rows = 1024 * 896 * 2
+    assert cuda.eval_parts["held-out logits"] == cpu.eval_parts["held-out logits"] == 2 * LEAN_CHUNK_BYTES + hidden_rows
+    assert cpu.eval_parts["weights"] == 494_032_768 * 2 and cpu.eval_parts["overhead"] == EVAL_CPU_OVERHEAD_BYTES
+
+
+def test_the_held_out_logits_are_counted_over_the_positions_the_batch_scores():
+    """The lean path computes the logits of the answers' positions alone (the data's longest answer a
+    sequence, token_lengths.py); every position where the data's lengths are unknown."""
+    knobs = Knobs(batch=2, cutoff_len=1024, dtype="bf16", lean_logits=True, eval_batch=2)
+    every = estimate(QWEN25_05B, knobs, "dpo", "cuda").eval_parts["held-out logits"]
+    answers = estimate(QWEN25_05B, knobs, "dpo", "cuda", scored=50).eval_parts["held-out logits"]
+    hidden_rows = 4 * 1024 * 896 * 2
+    assert every == 2 * LEAN_CHUNK_BYTES + hidden_rows  # 4 x 1024 positions fill a chunk
+    assert answers == 2 * 4 * 50 * 151_936 * 4 + hidden_rows
+    assert estimate(QWEN25_05B, knobs, "dpo", "cuda", scored=5000).eval_parts["held-out logits"] == every
 
 
 def test_dims_from_a_hugging_face_config_and_from_a_preset_agree():

@@ -46,9 +46,12 @@ def _data_dir(tmp_path: Path, name: str, path: Path, entry: dict) -> Path:
     return folder
 
 
-def _llamafactory_lengths(model: Path, data: Path, name: str, stage: str, cutoff: int, out: Path) -> list[int]:
-    """Each training row's length as LLaMA-Factory tokenizes it (the longer sequence of a pair)."""
+def _llamafactory_lengths(model: Path, data: Path, name: str, stage: str, cutoff: int, out: Path
+                          ) -> tuple[list[int], list[int]]:  # fmt: skip
+    """Each training row's length as LLaMA-Factory tokenizes it (the longer sequence of a pair), and the
+    positions it scores (labelled; the longer answer of a pair)."""
     from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
+    from llamafactory.extras.constants import IGNORE_INDEX
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_tokenizer
 
@@ -61,21 +64,30 @@ def _llamafactory_lengths(model: Path, data: Path, name: str, stage: str, cutoff
     template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
     loaded = get_dataset(template, model_args, data_args, training_args, "rm" if stage == "dpo" else stage,
                          **tokenizer_module)["train_dataset"]  # fmt: skip
+
+    def scored(labels: list[int]) -> int:
+        return sum(label != IGNORE_INDEX for label in labels)
+
     if "input_ids" in loaded.column_names:
-        return [len(ids) for ids in loaded["input_ids"]]
-    return [max(len(a), len(b)) for a, b in zip(loaded["chosen_input_ids"], loaded["rejected_input_ids"], strict=True)]
+        return [len(ids) for ids in loaded["input_ids"]], [scored(labels) for labels in loaded["labels"]]
+    pairs = zip(loaded["chosen_input_ids"], loaded["rejected_input_ids"], strict=True)
+    answers = zip(loaded["chosen_labels"], loaded["rejected_labels"], strict=True)
+    return [max(len(a), len(b)) for a, b in pairs], [max(scored(a), scored(b)) for a, b in answers]
 
 
 @pytest.mark.parametrize(("stage", "name", "path", "entry"), CASES, ids=[case[1] for case in CASES])
 def test_the_lengths_are_llamafactorys_own(tiny_model, tmp_path, stage, name, path, entry):
     """Row by row the same lengths as LLaMA-Factory's processors, under a cutoff that cuts none and
-    one that cuts every row."""
+    one that cuts every row; the most positions a row scores as LLaMA-Factory labels them, but for the
+    template's tokens that end an answer (counted with the prompt)."""
     data = _data_dir(tmp_path, name, path, entry)
     lengths, why = data_lengths({"dataset": name, "dataset_dir": str(data)}, stage, tiny_model)
     assert lengths is not None, why
     for cutoff in (4096, 16):
-        theirs = _llamafactory_lengths(tiny_model, data, name, stage, cutoff, tmp_path / f"out{cutoff}")
+        theirs, scored = _llamafactory_lengths(tiny_model, data, name, stage, cutoff, tmp_path / f"out{cutoff}")
         assert sorted(min(length, cutoff) for length in lengths.tokens) == sorted(theirs)
+        # the qwen template ends an answer with <|im_end|> and a newline: 2 tokens a turn, 2 turns at most here
+        assert max(scored) - 4 <= lengths.longest_scored(cutoff) <= max(scored)
 
 
 def test_a_large_set_is_sampled_and_its_longest_row_is_always_counted(tiny_model, tmp_path, monkeypatch):
@@ -101,6 +113,21 @@ def test_what_the_lengths_say_under_a_cutoff():
     assert lengths.mean(4096) < lengths.batch_mean(4096, 2) < lengths.batch_mean(4096, 8) < 104
     said = "token lengths of all 4 rows: median 25 tokens, longest 100, 50% of rows cut at cutoff_len 25"
     assert lengths.summary(25) == said
+
+
+def test_the_positions_a_row_scores_are_its_answer_cut_as_llamafactory_cuts_it():
+    lengths = DataLengths((30, 300), rows=2, longest=300, source="all 2 rows", splits=((20, 10), (100, 200)))
+    assert lengths.longest_scored(4096) == 200 and lengths.longest_scored(4096, with_prompt=True) == 300
+    assert lengths.longest_scored(256) == 156  # a short prompt is kept whole, the answer fills the rest
+    assert lengths.longest_scored(128) == 85 and lengths.longest_scored(128, with_prompt=True) == 128  # shared
+    assert replace(lengths, splits=()).longest_scored(128) is None  # unknown: the plan counts every position
+
+
+def test_with_train_on_prompt_every_position_is_scored(tiny_model):
+    args = {"dataset": "demo_sft", "dataset_dir": str(DEMO)}
+    answers, _ = data_lengths(args, "sft", tiny_model)
+    every, _ = data_lengths({**args, "train_on_prompt": True}, "sft", tiny_model)
+    assert answers.longest_scored(4096) < every.longest_scored(4096) == every.longest == answers.longest
 
 
 def test_without_a_tokenizer_or_with_packing_the_plan_keeps_cutoff_len(tiny_model, tmp_path):

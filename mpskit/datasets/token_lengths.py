@@ -48,6 +48,9 @@ class DataLengths:
     rows: int  # the rows they stand for
     longest: int
     source: str  # how they were counted, for the plan's lines
+    # (prompt, answer) tokens of every row counted, the sample's and the longest: the template's own
+    # tokens with the prompt; a pair's longer answer; all of a conversation's assistant turns
+    splits: tuple[tuple[int, int], ...] = ()
 
     @functools.cached_property
     def padded(self) -> tuple[int, ...]:
@@ -72,6 +75,14 @@ class DataLengths:
     def longest_batch(self, cutoff: int) -> int:
         """The longest batch the data can make: what the memory plan takes."""
         return _padded(min(self.longest, cutoff))
+
+    def longest_scored(self, cutoff: int, with_prompt: bool = False) -> int | None:
+        """The most positions one sequence scores under cutoff_len: its answer (and its prompt, for
+        fooDPO's chosen half), cut as LLaMA-Factory cuts the row (infer_seqlen); None where unknown."""
+        if not self.splits:
+            return None
+        cuts = (infer_seqlen(prompt, answer, cutoff) for prompt, answer in self.splits)
+        return max(answer + (prompt if with_prompt else 0) for prompt, answer in cuts)
 
     def share_cut(self, cutoff: int) -> float:
         """The share of rows longer than cutoff_len (LLaMA-Factory truncates them)."""
@@ -98,6 +109,19 @@ def _padded(length: int) -> int:
     return math.ceil(length / PAD_MULTIPLE) * PAD_MULTIPLE
 
 
+def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int, int]:
+    """(prompt, answer) tokens kept of a row under cutoff_len: LLaMA-Factory's rule
+    (data/processor/processor_utils.py), restated here because importing it imports torch."""
+    if target_len * 2 < cutoff_len:
+        max_target_len = cutoff_len
+    elif source_len * 2 < cutoff_len:
+        max_target_len = cutoff_len - source_len
+    else:
+        max_target_len = int(cutoff_len * (target_len / (source_len + target_len)))
+    new_target_len = min(max_target_len, target_len)
+    return min(max(cutoff_len - new_target_len, 0), source_len), new_target_len
+
+
 def data_lengths(args: dict, stage: str, tokenizer_dir: Path | None) -> tuple[DataLengths | None, str]:
     """The training rows' token lengths, or None and why the plan takes every row at cutoff_len."""
     if args.get("packing") or args.get("neat_packing"):
@@ -117,14 +141,21 @@ def data_lengths(args: dict, stage: str, tokenizer_dir: Path | None) -> tuple[Da
     chosen = evenly + longest_rows
     texts = [text for _, turns, answers in chosen for text in [*turns, *answers]]
     counts = iter([len(encoding.ids) for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)])
-    tokens = []
+    splits = []
     for roles, turns, answers in chosen:
-        shared = sum(next(counts) for _ in turns)
-        longer = max((next(counts) for _ in answers), default=0)
-        tokens.append(_template_tokens(tokenizer, template, roles) + shared + longer)
+        turn_tokens = [next(counts) for _ in turns]
+        if answers:  # a pair: the longer answer
+            answer = max(next(counts) for _ in answers)
+        else:
+            answer = sum(count for role, count in zip(roles, turn_tokens, strict=True) if role == "assistant")
+        splits.append((_template_tokens(tokenizer, template, roles) + sum(turn_tokens) - (0 if answers else answer),
+                       answer))  # fmt: skip
+    if args.get("train_on_prompt") is True:  # SFT that scores every position
+        splits = [(0, prompt + answer) for prompt, answer in splits]
+    tokens = [prompt + answer for prompt, answer in splits]
     source = f"all {total} rows" if len(evenly) == total else f"{len(evenly)} of {total} rows"
     spread = tuple(sorted(tokens[: len(evenly)]))
-    return DataLengths(spread, total, max(tokens), f"token lengths of {source}"), ""
+    return DataLengths(spread, total, max(tokens), f"token lengths of {source}", tuple(splits)), ""
 
 
 @functools.cache

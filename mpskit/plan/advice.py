@@ -15,8 +15,8 @@ from mpskit.machine.hardware import Hardware, load_hardware, profile_names
 from mpskit.machine.hub import hub_cached_file, hub_config, looks_like_hub_id
 from mpskit.plan.budget import SAFETY_MARGIN
 from mpskit.plan.duration import RunDuration, run_duration
-from mpskit.plan.memory import GB, ModelDims, dims_from_mapping, estimate, parameters_text
-from mpskit.plan.planner import Plan, plan
+from mpskit.plan.memory import GB, ModelDims, dims_from_mapping, parameters_text
+from mpskit.plan.planner import Plan, data_estimate, plan
 from mpskit.presets import load_yaml, preset_names, resolve_preset_file
 from mpskit.settings.knobs import as_words, to_args
 from mpskit.settings.quantization import has_build
@@ -76,7 +76,7 @@ def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> 
     if "cutoff_len" in result.free:
         for cutoff in (128, 64):
             knobs = replace(smallest.knobs, cutoff_len=min(cutoff, smallest.knobs.cutoff_len))
-            if estimate(dims, knobs, stage, device, result.longest_batch(knobs)).training <= limit:
+            if data_estimate(dims, knobs, stage, device, lengths).training <= limit:
                 words = as_words(knobs, 0, tuple(key for key in ADVICE_KEYS if key != "gradient_accumulation_steps"))
                 notes.append(f"min_cutoff_len={knobs.cutoff_len} {words} ({_cut_words(lengths, knobs.cutoff_len)})")
                 break

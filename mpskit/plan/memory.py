@@ -69,13 +69,12 @@ TRIMMED_ACTIVATION_FACTOR = 1.15
 # A 16-bit checkpoint trained without autocast (its own dtype: LLaMA-Factory loads every model as it is
 # stored, and a CPU or an M1/M2 plan runs no autocast) allocates otherwise: 16-bit activations beside
 # float32 LoRA inputs. Its factors, by (quantized and trimmed, gradient checkpointing), were fitted on
-# bench/real.py's cases marked `fit` (SmolLM2-135M, bf16, the CPU); the others are held out.
+# bench/real.py's cases marked `fit` (SmolLM2-135M, bf16, the CPU); the others are held out. The heap's
+# shares with checkpointing were fitted again once the lean path stopped copying the output layer to
+# float32 for DPO's mean logits and the lean chunk was counted over the scored positions (fooDPO's
+# checkpointed case, held out, then came within 2%).
 NATIVE_HALF_ACTIVATION_FACTOR = {False: 1.25, True: 1.1}  # by trimmed
-NATIVE_HALF_HEAP_KEPT_FRACTION = {False: {True: 0.52, False: 0.0}, True: {True: 0.0, False: 0.0}}
-# The held-out pass frees one layer's buffers after another under the hidden states it keeps: glibc keeps
-# this share of one layer's small buffers, times the layers (by trimmed); fitted as above, as was
-# EVAL_LEAN_CHUNK_COPIES below.
-EVAL_HEAP_KEPT_FRACTION = {False: 0.4, True: 0.25}
+NATIVE_HALF_HEAP_KEPT_FRACTION = {False: {True: 0.85, False: 0.0}, True: {True: 0.15, False: 0.0}}
 MMAP_CEILING_BYTES = 32 * 1024**2
 # The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
 # matmul's output, and per scored position two hidden-sized rows: the gathered hidden state and its
@@ -114,11 +113,23 @@ LEAN_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 # The held-out pass (no gradients), per token of the eval batch: one decoder layer's forward holds its
 # input and output, q/k/v and the attention output, and the MLP's gate, up and their product.
 EVAL_LAYER_COPIES = {"hidden": 6, "ffn": 3}
+# On the CPU a held-out layer's forward holds more than that count where its buffers live in glibc's heap
+# (under the mmap ceiling): a 16-bit checkpoint's LoRA layers compute in float32 (peft casts each input
+# and adds the adapter's float32 output), a quantized layer computes in float32 too, and the heap keeps
+# what they free through the pass. In multiples of the layer's buffers under the ceiling (layer_buffers);
+# fitted on bench/real.py's two cases whose held-out peak is a layer's forward (prompts past cutoff_len,
+# answers of a word or two; 16 and 4 bits came out alike), not held out.
+EVAL_CPU_LAYER_HEAP = 2.6
 EVAL_LOGIT_COPIES = {"sft": 3, "dpo": 4}
-# Without gradients a chunk's float32 logits and their log-softmax are alive at once: a GPU's allocator
-# counts both (bench/real.py on an H200). On the CPU the figure was fitted together with the heap's share
-# above, and came out at one.
-EVAL_LEAN_CHUNK_COPIES = {"cpu": 1, "gpu": 2}
+# Without gradients a chunk's float32 logits and their log-softmax are alive at once (bench/real.py: a
+# GPU's allocator counts both; on the CPU, where the lean path hands the heap back around each held-out
+# forward, engine/lean_logits.py, the pass measures the same two over its trimmed start).
+EVAL_LEAN_CHUNK_COPIES = 2
+# On the CPU a held-out pass starts from the tensors as they are (a 16-bit checkpoint's weights are the
+# file's mapped pages) and what the run holds beside them: the tokenizer, the datasets, the trainer's
+# objects. Measured at the start of bench/real.py's evaluations (27 on 9 cases, SmolLM2-135M, after the
+# heap was handed back): RSS above the live tensors 0.065-0.104 GB, median 0.081.
+EVAL_CPU_OVERHEAD_BYTES = int(0.08 * GB)
 
 # Bytes per quantized weight, measured on bitsandbytes 0.50.2's tensors (Qwen2.5-7B's layer shapes):
 # NF4 packs two weights a byte plus a block constant per 64 weights, itself 8-bit with a float32
@@ -434,8 +445,8 @@ def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
     return int(fraction * dims.layers * layer_buffers(dims, knobs, tokens))
 
 
-def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "cpu", longest: int | None = None
-             ) -> Estimate:  # fmt: skip
+def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "cpu", longest: int | None = None,
+             scored: int | None = None) -> Estimate:  # fmt: skip
     """What is alive at the peak of one training step, part by part, for batches of cutoff_len tokens,
     or of `longest` where the data makes no longer batch (token_lengths.py).
 
@@ -477,7 +488,8 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     logit_buffer = tokens * dims.vocab * 4
     if lean_logits_apply(knobs, stage, dims):
         hidden_rows = LEAN_HIDDEN_COPIES * tokens * dims.hidden * width
-        logit_parts = {"lean logits": lean_chunks(dims, knobs, tokens, LEAN_CHUNK_COPIES) + hidden_rows}
+        positions = scored_tokens(knobs, sequences, scored)
+        logit_parts = {"lean logits": lean_chunks(dims, knobs, positions, LEAN_CHUNK_COPIES) + hidden_rows}
     elif stage_of(stage).reference_model:
         logit_parts = {
             "logits (float32)": 2 * logit_buffer,
@@ -504,7 +516,13 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
         parts["heap kept (CPU)"] = kept
     parts["overhead"] = RUN_OVERHEAD_BYTES[allocator(device)]
     return Estimate(parts=parts, framework=int(FRAMEWORK_BYTES), loading=loading_peak(dims, knobs, parts, device),
-                    eval_parts=evaluation_parts(dims, knobs, stage, device, parts))  # fmt: skip
+                    eval_parts=evaluation_parts(dims, knobs, stage, device, parts, scored))  # fmt: skip
+
+
+def scored_tokens(knobs: Knobs, sequences: int, scored: int | None) -> int:
+    """The positions whose logits the lean path computes: `scored` a sequence (the data's longest answer
+    under cutoff_len, token_lengths.py), or every position where that is unknown."""
+    return sequences * (knobs.cutoff_len if scored is None else min(scored, knobs.cutoff_len))
 
 
 def lean_chunks(dims: ModelDims, knobs: Knobs, tokens: int, copies: int) -> int:
@@ -524,20 +542,23 @@ def dequantized_bytes(dims: ModelDims, knobs: Knobs) -> int:
     return DEQUANTIZED_COPIES * dims.hidden * dims.ffn * DTYPE_BYTES[knobs.dtype]
 
 
-def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, parts: dict[str, int]) -> dict[str, int]:
+def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, parts: dict[str, int],
+                     scored: int | None = None) -> dict[str, int]:  # fmt: skip
     """What is alive at the peak of one held-out batch (knobs.eval_batch; none: no evaluation), after
     training steps: the weights and the optimizer's states stay (gradients are freed after each step);
     nothing is saved for backward, so the peak is one decoder layer's forward (EVAL_LAYER_COPIES) or
-    the logits: the lean chunks, or whole float32 logits (SFT's loss: the logits, their float32 copy and
-    log-softmax; DPO: the policy's logits, kept for its metrics, beside the reference forward's three).
-    On the CPU the training steps' free heap pages are handed back before an evaluation (run/monitor.py);
-    what the pass's own freed buffers leave in the heap is EVAL_HEAP_KEPT_FRACTION's."""
+    the logits: the lean chunks over the positions the batch scores (`scored` a sequence where the
+    data's lengths are known, else every position), or whole float32 logits (SFT's loss: the logits,
+    their float32 copy and log-softmax; DPO: the policy's logits, kept for its metrics, beside the
+    reference forward's three). On the CPU the heap is handed back before an evaluation
+    (run/monitor.py) and around each of its lean forwards (engine/lean_logits.py), so the layers' freed
+    buffers are not under the logits."""
     if knobs.eval_batch is None:
         return {}
     width = activation_width(dims, knobs)
     sequences = sequences_per_step(stage, knobs.eval_batch)
     tokens = sequences * knobs.cutoff_len
-    held = {name: parts[name] for name in ("weights", "lora weights", "optimizer (AdamW)") if name in parts}
+    held = _held_through_evaluation(dims, knobs, device, parts)
     layer = tokens * (EVAL_LAYER_COPIES["hidden"] * dims.hidden + EVAL_LAYER_COPIES["ffn"] * dims.ffn) * width
     scores = sequences * dims.heads * knobs.cutoff_len**2 * 4
     if lean_attention_runs(knobs, device, dims):
@@ -546,17 +567,28 @@ def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, par
         layer += 2 * scores  # the float32 scores and their softmax
     if knobs.quantization_bit:
         layer += dequantized_bytes(dims, knobs)
-    logit_buffer = tokens * dims.vocab * 4
-    if lean_logits_apply(knobs, stage, dims):
-        logits = lean_chunks(dims, knobs, tokens, EVAL_LEAN_CHUNK_COPIES[allocator(device)])
-        logits += tokens * dims.hidden * width
-    else:
-        logits = EVAL_LOGIT_COPIES["dpo" if stage_of(stage).reference_model else "sft"] * logit_buffer
-    moment = {"held-out logits": logits} if logits >= layer else {"held-out layer forward": layer}
     if device == "cpu":
-        fraction = EVAL_HEAP_KEPT_FRACTION[trimmed(knobs, device)]
-        moment["held-out heap (CPU)"] = int(fraction * dims.layers * layer_buffers(dims, knobs, tokens))
-    return {**held, **moment, "overhead": parts["overhead"]}
+        layer += int(EVAL_CPU_LAYER_HEAP * layer_buffers(dims, knobs, tokens))
+    if lean_logits_apply(knobs, stage, dims):
+        positions = scored_tokens(knobs, sequences, scored)
+        logits = lean_chunks(dims, knobs, positions, EVAL_LEAN_CHUNK_COPIES) + tokens * dims.hidden * width
+    else:
+        logits = EVAL_LOGIT_COPIES["dpo" if stage_of(stage).reference_model else "sft"] * tokens * dims.vocab * 4
+    moment = {"held-out logits": logits} if logits >= layer else {"held-out layer forward": layer}
+    return {**held, **moment}
+
+
+def _held_through_evaluation(dims: ModelDims, knobs: Knobs, device: str, parts: dict[str, int]) -> dict[str, int]:
+    """What a training step leaves for the held-out pass: the weights, LoRA's and the optimizer's states
+    (gradients are freed after each step) and the run's overhead; on the CPU, where the heap is handed
+    back before the pass, the tensors' own bytes and EVAL_CPU_OVERHEAD_BYTES."""
+    names = ("weights", "lora weights", "optimizer (AdamW)")
+    if device != "cpu":
+        return {**{name: parts[name] for name in names if name in parts}, "overhead": parts["overhead"]}
+    trainable = trainable_params(dims, knobs)
+    exact = {"weights": int(weight_bytes(dims, knobs)), "lora weights": trainable * 4,
+             "optimizer (AdamW)": trainable * optimizer_bytes_per_parameter(knobs.optim)}  # fmt: skip
+    return {**{name: exact[name] for name in names if name in parts}, "overhead": EVAL_CPU_OVERHEAD_BYTES}
 
 
 def loading_peak(dims: ModelDims, knobs: Knobs, parts: dict[str, int], device: str = "cpu") -> int:

@@ -8,12 +8,11 @@ from mpskit.plan.duration import RunDuration, extrapolate, format_seconds
 from mpskit.plan.memory import (
     GB,
     attention_fused,
-    estimate,
     lean_attention_runs,
     lean_logits_apply,
     parameters_text,
 )
-from mpskit.plan.planner import Option, Plan
+from mpskit.plan.planner import Option, Plan, data_estimate
 from mpskit.plan.probe import Probe
 from mpskit.settings.knobs import describe
 from mpskit.settings.resolve import ResolvedRun
@@ -132,7 +131,7 @@ def lean_saving(plan: Plan, option: Option, path: str) -> int | None:
     if not runs:
         return None
     plain_knobs = replace(option.knobs, **{path: False})
-    plain = estimate(plan.dims, plain_knobs, plan.stage, plan.device, plan.longest_batch(plain_knobs))
+    plain = data_estimate(plan.dims, plain_knobs, plan.stage, plan.device, plan.lengths)
     return plain.training - option.estimate.training
 
 

@@ -71,10 +71,24 @@ class Plan:
     def longest_batch(self, knobs: Knobs) -> int | None:
         return longest_batch(self.lengths, knobs)
 
+    def scored_positions(self, knobs: Knobs) -> int | None:
+        return scored_positions(self.lengths, knobs, self.stage)
+
 
 def longest_batch(lengths: DataLengths | None, knobs: Knobs) -> int | None:
     """The longest sequence the data makes under the knobs' cutoff_len (None: cutoff_len itself)."""
     return lengths.longest_batch(knobs.cutoff_len) if lengths else None
+
+
+def scored_positions(lengths: DataLengths | None, knobs: Knobs, stage: str) -> int | None:
+    """The most positions a sequence of the data scores under the knobs' cutoff_len: its answer, and for
+    fooDPO its prompt too (None: every position)."""
+    return lengths.longest_scored(knobs.cutoff_len, with_prompt=stage == "foodpo") if lengths else None
+
+
+def data_estimate(dims: ModelDims, knobs: Knobs, stage: str, device: str, lengths: DataLengths | None) -> Estimate:
+    """The memory estimate at the data's own lengths (at cutoff_len where they are unknown)."""
+    return estimate(dims, knobs, stage, device, longest_batch(lengths, knobs), scored_positions(lengths, knobs, stage))
 
 
 def candidates(
@@ -171,7 +185,7 @@ def plan(
     speed = throughput_for(hw.throughput, hw.device, device)
 
     def option(knobs: Knobs) -> Option:
-        return Option(knobs, estimate(dims, knobs, stage, device, longest_batch(lengths, knobs)),
+        return Option(knobs, data_estimate(dims, knobs, stage, device, lengths),
                       tokens_per_second(dims, knobs, stage, device, speed, half_is_fast, lengths))  # fmt: skip
 
     asked_option = option(asked)

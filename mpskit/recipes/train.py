@@ -122,6 +122,7 @@ def memory_record(memory_plan: planner.Plan | None) -> Memory:
         dims=dataclasses.asdict(memory_plan.dims),
         knobs=dataclasses.asdict(chosen),
         longest_batch=memory_plan.longest_batch(chosen),
+        scored_positions=memory_plan.scored_positions(chosen),
         budget_gb=round(memory_plan.budget.training_bytes / GB, 3),
         budget=memory_plan.budget.why,
         planner_changes=list(memory_plan.changes),

@@ -173,7 +173,8 @@ def _plan_rung(memory: Memory, rung: Knobs, stage: str, device: str) -> None:
 
     moved = {name: getattr(rung, name) for name in LADDER}
     knobs = dataclasses.replace(Knobs(**memory.knobs), **moved)
-    memory.predicted = estimate(ModelDims(**memory.dims), knobs, stage, device, memory.longest_batch).as_dict()
+    memory.predicted = estimate(ModelDims(**memory.dims), knobs, stage, device, memory.longest_batch,
+                                memory.scored_positions).as_dict()  # fmt: skip
     memory.knobs = dataclasses.asdict(knobs)
 
 

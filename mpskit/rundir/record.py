@@ -70,6 +70,7 @@ class Memory:
     dims: dict = field(default_factory=dict)  # memory.ModelDims
     knobs: dict = field(default_factory=dict)  # knobs.Knobs of the latest plan (a rung's, after one)
     longest_batch: int | None = None  # the longest sequence the data makes (None: cutoff_len)
+    scored_positions: int | None = None  # the most positions a sequence scores (None: every position)
     budget_gb: float | None = None
     budget: str = ""  # where the budget comes from
     planner_changes: list[str] = field(default_factory=list)
