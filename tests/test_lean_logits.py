@@ -81,7 +81,7 @@ def test_the_mean_row_is_summed_without_a_float32_copy_of_the_output_layer():
     Path("/proc/self/clear_refs").write_text("5")
     before = _high_water_mark()
     means = mean_logit_per_position(hidden, weight)
-    assert _high_water_mark() - before < 32 * 1024**2
+    assert _high_water_mark() - before < 64 * 1024**2  # half the copy: a busy worker's heap moves too
     torch.testing.assert_close(means, expected, rtol=1e-4, atol=1e-4)
 
 

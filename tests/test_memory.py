@@ -82,7 +82,8 @@ def test_on_cuda_a_checkpoint_stored_in_the_compute_dtype_costs_its_bytes():
     """CUDA's allocator counts tensors exactly and autocast keeps no cast copies of weights already in the
     compute dtype (bench/real.py on an H200); a float32 checkpoint under bf16 keeps the fitted factors, as
     do the CPU and MPS. Without gradients a GPU holds a chunk's float32 logits and their log-softmax, as the
-    CPU does, whose held-out pass holds its tensors' own bytes beside a measured overhead."""
+    CPU does, whose held-out pass of a checkpoint computed as stored holds its tensors' own bytes beside a
+    measured overhead."""
     bf16_checkpoint = replace(QWEN25_05B, checkpoint_dtype="bf16")
     knobs = Knobs(batch=2, cutoff_len=1024, dtype="bf16", lean_logits=True, eval_batch=2)
     cuda, mps = estimate(bf16_checkpoint, knobs, "sft", "cuda"), estimate(bf16_checkpoint, knobs, "sft", "mps")
@@ -91,7 +92,8 @@ def test_on_cuda_a_checkpoint_stored_in_the_compute_dtype_costs_its_bytes():
     fp32_checkpoint = replace(QWEN25_05B, checkpoint_dtype="fp32")
     assert estimate(fp32_checkpoint, knobs, "sft", "cuda").parts["weights"] == int(WEIGHT_FACTOR * 494_032_768 * 4)
     one_row = replace(knobs, eval_batch=1)  # 1024 positions of 151,936 float32 logits fill a chunk
-    cuda, cpu = estimate(bf16_checkpoint, one_row, "sft", "cuda"), estimate(bf16_checkpoint, one_row, "sft", "cpu")
+    cuda = estimate(bf16_checkpoint, one_row, "sft", "cuda")
+    cpu = estimate(bf16_checkpoint, replace(one_row, dtype="fp32"), "sft", "cpu")  # computed as stored
     hidden_rows = 1024 * 896 * 2
     assert cuda.eval_parts["held-out logits"] == cpu.eval_parts["held-out logits"] == 2 * LEAN_CHUNK_BYTES + hidden_rows
     assert cpu.eval_parts["weights"] == 494_032_768 * 2 and cpu.eval_parts["overhead"] == EVAL_CPU_OVERHEAD_BYTES

@@ -113,22 +113,26 @@ LEAN_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 # The held-out pass (no gradients), per token of the eval batch: one decoder layer's forward holds its
 # input and output, q/k/v and the attention output, and the MLP's gate, up and their product.
 EVAL_LAYER_COPIES = {"hidden": 6, "ffn": 3}
-# On the CPU a held-out layer's forward holds more than that count where its buffers live in glibc's heap
-# (under the mmap ceiling): a 16-bit checkpoint's LoRA layers compute in float32 (peft casts each input
-# and adds the adapter's float32 output), a quantized layer computes in float32 too, and the heap keeps
-# what they free through the pass. In multiples of the layer's buffers under the ceiling (layer_buffers);
-# fitted on bench/real.py's two cases whose held-out peak is a layer's forward (prompts past cutoff_len,
-# answers of a word or two; 16 and 4 bits came out alike), not held out.
+# On the CPU a 16-bit checkpoint computed as stored holds more than that count in a held-out layer's
+# forward, where its buffers live in glibc's heap (under the mmap ceiling): its LoRA layers compute in
+# float32 (peft casts each input and adds the adapter's float32 output), a quantized layer computes in
+# float32 too, and the heap keeps what they free through the pass. In multiples of the layer's buffers
+# under the ceiling (layer_buffers); fitted on bench/real.py's two cases whose held-out peak is a layer's
+# forward (prompts past cutoff_len, answers of a word or two; 16 and 4 bits came out alike), not held
+# out. Under autocast (bf16=true) no such copies are made: bench/packed_vocab.py's evaluations, whose
+# peak is a layer's forward, came out 20% under that plan and are planned at the count.
 EVAL_CPU_LAYER_HEAP = 2.6
 EVAL_LOGIT_COPIES = {"sft": 3, "dpo": 4}
 # Without gradients a chunk's float32 logits and their log-softmax are alive at once (bench/real.py: a
 # GPU's allocator counts both; on the CPU, where the lean path hands the heap back around each held-out
 # forward, engine/lean_logits.py, the pass measures the same two over its trimmed start).
 EVAL_LEAN_CHUNK_COPIES = 2
-# On the CPU a held-out pass starts from the tensors as they are (a 16-bit checkpoint's weights are the
-# file's mapped pages) and what the run holds beside them: the tokenizer, the datasets, the trainer's
-# objects. Measured at the start of bench/real.py's evaluations (27 on 9 cases, SmolLM2-135M, after the
-# heap was handed back): RSS above the live tensors 0.065-0.104 GB, median 0.081.
+# On the CPU a held-out pass of a 16-bit checkpoint computed as stored starts from the tensors as they
+# are (its weights are the file's mapped pages) and what the run holds beside them: the tokenizer, the
+# datasets, the trainer's objects, the 16-bit kernels' caches. Measured at the start of bench/real.py's
+# evaluations (27 on 9 cases, SmolLM2-135M in 16 and 4 bits, after the heap was handed back): RSS above
+# the live tensors 0.065-0.104 GB, median 0.081. The tiny float32 model's whole run holds half that, and
+# other runs keep the training step's figures for what stays.
 EVAL_CPU_OVERHEAD_BYTES = int(0.08 * GB)
 
 # Bytes per quantized weight, measured on bitsandbytes 0.50.2's tensors (Qwen2.5-7B's layer shapes):
@@ -567,7 +571,7 @@ def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, par
         layer += 2 * scores  # the float32 scores and their softmax
     if knobs.quantization_bit:
         layer += dequantized_bytes(dims, knobs)
-    if device == "cpu":
+    if device == "cpu" and native_half(dims, knobs):
         layer += int(EVAL_CPU_LAYER_HEAP * layer_buffers(dims, knobs, tokens))
     if lean_logits_apply(knobs, stage, dims):
         positions = scored_tokens(knobs, sequences, scored)
@@ -580,10 +584,10 @@ def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, par
 
 def _held_through_evaluation(dims: ModelDims, knobs: Knobs, device: str, parts: dict[str, int]) -> dict[str, int]:
     """What a training step leaves for the held-out pass: the weights, LoRA's and the optimizer's states
-    (gradients are freed after each step) and the run's overhead; on the CPU, where the heap is handed
-    back before the pass, the tensors' own bytes and EVAL_CPU_OVERHEAD_BYTES."""
+    (gradients are freed after each step) and the run's overhead; on the CPU, for a 16-bit checkpoint
+    computed as stored (where EVAL_CPU_OVERHEAD_BYTES was measured), the tensors' own bytes and that."""
     names = ("weights", "lora weights", "optimizer (AdamW)")
-    if device != "cpu":
+    if device != "cpu" or not native_half(dims, knobs):
         return {**{name: parts[name] for name in names if name in parts}, "overhead": parts["overhead"]}
     trainable = trainable_params(dims, knobs)
     exact = {"weights": int(weight_bytes(dims, knobs)), "lora weights": trainable * 4,
