@@ -70,8 +70,8 @@ def _estimate_lines(plan: Plan, shown: Option) -> list[str]:
     if estimate.eval_parts:
         lines.append(f"evaluation (the peak of one held-out batch of {shown.knobs.eval_batch}, no gradients)")
         lines += [f"  {name:22} {_gb(value)}" for name, value in estimate.eval_parts.items()
-                  if name not in estimate.parts]  # fmt: skip
-        lines.append(f"  {'= evaluation':22} {_gb(estimate.evaluation)}  (with the weights and states above)")
+                  if estimate.parts.get(name) != value]  # fmt: skip
+        lines.append(f"  {'= evaluation':22} {_gb(estimate.evaluation)}  (the parts not shown as above)")
     if estimate.loading > estimate.step:
         lines.append(f"  {'(loading, quantizing)':22} {_gb(estimate.loading)}")
     lines.append(f"  {'= peak':22} {_gb(estimate.training)}  ({estimate.peak_moment})")
