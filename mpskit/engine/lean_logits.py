@@ -152,7 +152,7 @@ def next_token_logps(
     return torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device).index_put((rows, positions), logps)
 
 
-def mean_logit_per_position(hidden: torch.Tensor, weight) -> torch.Tensor:
+def mean_logit_per_position(hidden: torch.Tensor, weight: torch.Tensor | PackedRows) -> torch.Tensor:
     """The mean over the vocabulary of each position's logits, (batch, seq), without the logits:
     mean_v (h . W_v) = h . mean_v W_v. DPO logs the mean of these as logits/chosen and logits/rejected.
     The mean row is summed in float32 a chunk of rows at a time: summed whole, the output layer is

@@ -529,15 +529,15 @@ def scored_tokens(knobs: Knobs, sequences: int, scored: int | None) -> int:
     return sequences * (knobs.cutoff_len if scored is None else min(scored, knobs.cutoff_len))
 
 
-def lean_chunks(dims: ModelDims, knobs: Knobs, tokens: int, copies: int) -> int:
-    """The lean path's chunks of float32 logits: `copies` of at most LEAN_CHUNK_BYTES over the whole
-    vocabulary, or for a packed output layer, PACKED_CHUNK_COPIES of every position against one chunk
-    of its rows, with those rows dequantized."""
+def lean_chunks(dims: ModelDims, knobs: Knobs, positions: int, copies: int) -> int:
+    """The lean path's chunks of float32 logits over the scored `positions` (scored_tokens): `copies` of
+    at most LEAN_CHUNK_BYTES over the whole vocabulary, or for a packed output layer,
+    PACKED_CHUNK_COPIES of every such position against one chunk of its rows, with those rows dequantized."""
     rows = dequantized_rows(dims, knobs)
     if not rows:
-        return copies * min(LEAN_CHUNK_BYTES, tokens * dims.vocab * 4)
+        return copies * min(LEAN_CHUNK_BYTES, positions * dims.vocab * 4)
     chunk_rows = rows // (dims.hidden * weight_width(dims, knobs))
-    return PACKED_CHUNK_COPIES * min(LEAN_CHUNK_BYTES, tokens * chunk_rows * 4) + rows
+    return PACKED_CHUNK_COPIES * min(LEAN_CHUNK_BYTES, positions * chunk_rows * 4) + rows
 
 
 def dequantized_bytes(dims: ModelDims, knobs: Knobs) -> int:
