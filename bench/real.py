@@ -38,11 +38,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mpskit.plan.advice import plan_duration, plan_run  # noqa: E402
-from mpskit.plan.duration import steady_step_s  # noqa: E402
+from mpskit.plan.duration import Throughput, steady_step_s  # noqa: E402
 from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
 from mpskit.plan.memory import GB  # noqa: E402
+from mpskit.plan.planner import Plan  # noqa: E402
+from mpskit.plan.time_fit import FITTED, TimedStep, fit_figures  # noqa: E402
 from mpskit.rundir.folder import RunDir  # noqa: E402
-from mpskit.settings.resolve import resolve  # noqa: E402
+from mpskit.settings.resolve import ResolvedRun, resolve  # noqa: E402
 from mpskit.settings.run_words import read_run_words  # noqa: E402
 from mpskit.tools.demo import STAGE_WORDS  # noqa: E402
 from mpskit.tools.get_model import model_folder  # noqa: E402
@@ -128,12 +130,17 @@ def measure_case(case: Case, data: dict[str, Path], out: Path) -> dict:
     return {"step": measured.step_gb, "eval": measured.eval_gb, "time": steady_step_s(measured.step_seconds)}
 
 
-def plan_case(case: Case, data: dict[str, Path]) -> dict:
-    """The plan's figures for the case, as `mpskit train` plans it (no torch: the current code's plan, so
-    --replan shows saved measurements against changed constants)."""
+def planned(case: Case, data: dict[str, Path]) -> tuple[ResolvedRun, Plan]:
+    """The case as `mpskit train` resolves and plans it (no torch: the current code's plan, so --replan
+    shows saved measurements against changed constants)."""
     given = read_run_words(case_words(case, data, Path(tempfile.gettempdir()) / "unwritten"))
     run = resolve(given.values, hardware=given.hardware)
-    plan = plan_run(run)
+    return run, plan_run(run)
+
+
+def plan_case(case: Case, data: dict[str, Path]) -> dict:
+    """The plan's figures for the case."""
+    run, plan = planned(case, data)
     estimate = plan.chosen.estimate
     return {"step": estimate.step / GB, "eval": estimate.evaluation / GB,
             "time": plan_duration(run, plan).as_dict()["predicted_step_s"]}  # fmt: skip
@@ -182,6 +189,21 @@ def memory_table(measured: dict[str, list[dict]], data: dict[str, Path]) -> dict
         print(f"{group}: memory median |error| {statistics.median(memory):.1%}, max {max(memory):.1%}; "
               f"step time max |error| {max(times):.1%}")  # fmt: skip
     return {"cases": rows}
+
+
+def fitted_figures(measured: dict[str, list[dict]], data: dict[str, Path]) -> Throughput:
+    """The profile's step-time figures for real checkpoints fitted to the fit cases' median steady steps
+    (time_fit.py); the held-out cases test them."""
+    steps = []
+    for case in (case for case in MEMORY_CASES if case.fit):
+        run, plan = planned(case, data)
+        seconds = statistics.median(run_["time"] for run_ in measured[case.name])
+        steps.append(TimedStep(run.args, run.stage, plan.dims, plan.chosen.knobs, plan.effective_batch,
+                               plan.lengths, seconds))  # fmt: skip
+    profile = planned(MEMORY_CASES[0], data)[1].throughput
+    figures = fit_figures(steps, profile, "fitted by bench/real.py --fit")
+    print("fitted: " + ", ".join(f"{name}: {getattr(figures, name):.3g}" for name in FITTED))
+    return figures
 
 
 def losses(run_dir: Path, key: str) -> list[tuple[int, float]]:
@@ -288,13 +310,18 @@ def main() -> int:
     parser.add_argument("--hardware", default="cpu", help="hardware profile of the runs, or 'detect' (default: cpu)")
     parser.add_argument("--replan", metavar="FILE", help="no runs: the memory table of a saved --out file against "
                         "the current code's plans (after a change of the memory model's constants)")
+    parser.add_argument("--fit", action="store_true", help="with --replan: the profile's step-time figures for real "
+                        "checkpoints fitted to the fit cases' steps (write them into the profile's throughput)")
     ns = parser.parse_args()
     HARDWARE[:] = [] if ns.hardware == "detect" else [f"hardware={ns.hardware}"]
     if ns.replan:
         with tempfile.TemporaryDirectory(prefix="mpskit-bench-real-") as tmp:
             saved = json.loads(Path(ns.replan).read_text())["memory"]["cases"]
             data = data_dirs(Path(tmp))
-            memory_table({row["case"]: row["runs"] for row in saved}, data)
+            measured = {row["case"]: row["runs"] for row in saved}
+            if ns.fit:
+                fitted_figures(measured, data)
+            memory_table(measured, data)
         return 0
     model()
     results = {}

@@ -144,7 +144,9 @@ def _check_facts(data: dict, source: str) -> None:
     _check_throughput(data.get("throughput"), source)
 
 
-OPTIONAL_FIGURES = ("half_work", "half_layer_s", "quantized_weight_s")  # duration.Throughput's, where measured
+# duration.Throughput's figures where measured; the work ratios are positive, the others may be 0
+OPTIONAL_FIGURES = ("half_work", "half_layer_s", "quantized_weight_s", "quantized_work")
+WORK_RATIOS = ("half_work", "quantized_work")
 
 
 def _check_throughput(figures, source: str) -> None:
@@ -163,7 +165,7 @@ def _check_throughput(figures, source: str) -> None:
     check_number(f"{where}.step_overhead_s", figures["step_overhead_s"], "number", 0, fix=fix)
     for key in OPTIONAL_FIGURES:
         if key in figures:
-            check_number(f"{where}.{key}", figures[key], "positive" if key == "half_work" else "number", 0, fix=fix)
+            check_number(f"{where}.{key}", figures[key], "positive" if key in WORK_RATIOS else "number", 0, fix=fix)
     if not isinstance(figures.get("measured", False), bool):
         raise MpskitError(f"{where}.measured={figures['measured']!r} is not a switch", "write true or false")
 

@@ -39,6 +39,9 @@ class Throughput:
     # (forward, backward, a recomputed forward, a reference forward), where measured; None: unmeasured,
     # and a plan gives no duration for a quantized base (ASSUMED_QUANTIZED_WORK only ranks it)
     quantized_weight_s: float | None = None
+    # a quantized base's work against float32's under 16-bit activations (bitsandbytes' matmuls on the
+    # dequantized weights and their backward), where measured; else the activations' own rate
+    quantized_work: float | None = None
 
 
 # What the planner ranks a quantized base's work by where dequantizing was never timed on the device.
@@ -63,6 +66,7 @@ def throughput_for(figures: dict, profile_device: str, device: str) -> Throughpu
             _optional_float(figures.get("half_work")),
             float(figures.get("half_layer_s", 0.0)),
             _optional_float(figures.get("quantized_weight_s")),
+            _optional_float(figures.get("quantized_work")),
         )
     if device == "cpu":
         return cpu_default()
@@ -104,13 +108,18 @@ def work_factor(dims: ModelDims, knobs: Knobs, device: str, speed: Throughput, h
     """The device's cost of the setting's work against float32's: 16-bit activations (autocast, or a 16-bit
     checkpoint computed in its own dtype) at the measured `half_work`, or by the device's rule (half the
     bytes moved where the GPU has fast 16-bit, assumed 1.25x where M1/M2 emulate bf16, the same on a
-    CPU); a quantized base's dequantizing, where it was never timed (ASSUMED_QUANTIZED_WORK; where it
-    was, fixed_cost_s counts it); ZeRO-3's gathering of the weights per layer (assumed 1.25x)."""
+    CPU); a quantized base's own measured figure under 16-bit activations, what it was measured with
+    (`quantized_work`: on a CPU its matmuls run at neither 16-bit's rate nor float32's), else its
+    dequantizing where it was never timed (ASSUMED_QUANTIZED_WORK; where it was, fixed_cost_s counts
+    it); ZeRO-3's gathering of the weights per layer (assumed 1.25x)."""
     factor = 1.0
-    if activation_width(dims, knobs) == 2:
+    half = activation_width(dims, knobs) == 2
+    if half:
         rule = 1.0 if device == "cpu" else 0.5 if half_is_fast else 1.25
         factor = rule if speed.half_work is None else speed.half_work
-    if knobs.quantization_bit and speed.quantized_weight_s is None:
+    if knobs.quantization_bit and half and speed.quantized_work is not None:
+        factor = speed.quantized_work
+    elif knobs.quantization_bit and speed.quantized_weight_s is None:
         factor *= ASSUMED_QUANTIZED_WORK
     return factor * (1.25 if knobs.zero_stage >= 3 else 1.0)
 
