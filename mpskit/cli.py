@@ -169,6 +169,13 @@ def cmd_get_model(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(ns: argparse.Namespace) -> int:
+    from mpskit.plan.calibrate import calibrate, report
+
+    print("\n".join(report(*calibrate())))
+    return 0
+
+
 def cmd_doctor(ns: argparse.Namespace) -> int:
     from mpskit.tools.doctor import run_doctor
 
@@ -235,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="+")
     p = sub.add_parser("rank")  # started by torchrun: one process of a written run directory; not in --help
     p.add_argument("run_dir")
+    sub.add_parser("calibrate", help="time real steps of the real model here; plans on this machine take its figures")
     p = sub.add_parser("doctor", help="versions, MPS settings, and the memory model against measured steps")
     p.add_argument("--hardware")
     p.add_argument("--model", help="a local model directory (default: a freshly built tiny model)")
@@ -306,6 +314,7 @@ HANDLERS = {
     "get-model": cmd_get_model,
     "demo": cmd_demo,
     "doctor": cmd_doctor,
+    "calibrate": cmd_calibrate,
     "rank": cmd_rank,
     "compare": cmd_compare,
 }

@@ -23,6 +23,8 @@ import warm  # noqa: E402
 # Nothing in the tests may reach a model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
+# A detected machine plans with the profiles' figures, never with a calibration this machine keeps.
+os.environ["MPSKIT_CALIBRATION_FILE"] = str(Path(__file__).resolve().parent / "data" / "no-calibration.json")
 # Several pytest-xdist workers share the cores: torch's threads in each of them (OpenMP spins while it
 # waits) would slow every run several times over. Each worker's runs get its share of the cores.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

@@ -13,10 +13,12 @@ import platform
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from mpskit.errors import MpskitError, check_number
+from mpskit.machine.calibration import saved_figures
 from mpskit.presets import config_dir, load_yaml, resolve_preset_file
 
 KINDS = ("apple-silicon", "intel-mac", "cuda", "cpu")
@@ -244,6 +246,15 @@ def _apple_generation(chip: str) -> int | None:
     return None
 
 
+def _cpu_model() -> str | None:
+    """Linux's name for the processor (/proc/cpuinfo's model name), where it gives one."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+
+
 def detect(probe_torch: bool = False) -> Hardware:
     """Describe this machine. With probe_torch, ask torch about MPS/CUDA (slow: imports torch)."""
     import psutil
@@ -267,7 +278,10 @@ def detect(probe_torch: bool = False) -> Hardware:
             data["cuda_bf16"] = capability is not None and capability >= 8.0  # Ampere and newer
             data["flash_attn"] = installed_version("flash-attn") is not None
         else:
-            data.update(kind="cpu", chip=platform.processor() or machine)
+            data.update(kind="cpu", chip=_cpu_model() or platform.processor() or machine)
+    figures = saved_figures(data["kind"], data.get("chip") or machine)  # `mpskit calibrate`'s, for this machine
+    if figures:
+        data["throughput"] = figures
     hw = _from_mapping(data, "detected", "this machine")
     if probe_torch:
         _probe_torch(hw)

@@ -3,8 +3,9 @@ hardware's throughput figures, and the number of optimizer steps. No torch impor
 
 The planner ranks settings by `tokens_per_second`, and `mpskit plan` turns the same figures into a
 duration, so "the fastest setting" and "how long" come from one model. The figures of a profile say
-where they come from; a profile not measured on its own machine says so, and `mpskit plan --probe`
-(probe.py) times real steps on this one instead.
+where they come from; a profile not measured on its own machine says so, `mpskit plan --probe`
+(probe.py) times real steps on this one instead, and `mpskit calibrate` (calibrate.py) fits this
+machine's figures.
 """
 
 from __future__ import annotations

@@ -103,6 +103,8 @@ def duration_lines(duration: RunDuration, probe: Probe | None, lengths: str, pro
         f"  figures {duration.throughput.source}",
         f"  {lengths}",
     ]
+    if not duration.throughput.measured:
+        lines.append("  `mpskit calibrate`, run on that machine, fits its figures to real steps (a few minutes, once)")
     if probe is None:
         return lines + ["  `mpskit plan --probe` times real steps of this setting here"]
     return lines + probe_lines(duration, probe)
