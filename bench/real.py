@@ -43,11 +43,11 @@ from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_proce
 from mpskit.plan.memory import GB  # noqa: E402
 from mpskit.plan.planner import Plan  # noqa: E402
 from mpskit.plan.time_fit import FITTED, TimedStep, fit_figures  # noqa: E402
+from mpskit.presets import model_folder  # noqa: E402
 from mpskit.rundir.folder import RunDir  # noqa: E402
 from mpskit.settings.resolve import ResolvedRun, resolve  # noqa: E402
 from mpskit.settings.run_words import read_run_words  # noqa: E402
 from mpskit.tools.demo import STAGE_WORDS  # noqa: E402
-from mpskit.tools.get_model import model_folder  # noqa: E402
 
 DATA = ROOT / "data"
 PRESET = "smollm2-135m"
@@ -200,8 +200,7 @@ def fitted_figures(measured: dict[str, list[dict]], data: dict[str, Path]) -> Th
         seconds = statistics.median(run_["time"] for run_ in measured[case.name])
         steps.append(TimedStep(run.args, run.stage, plan.dims, plan.chosen.knobs, plan.effective_batch,
                                plan.lengths, seconds))  # fmt: skip
-    profile = planned(MEMORY_CASES[0], data)[1].throughput
-    figures = fit_figures(steps, profile, "fitted by bench/real.py --fit")
+    figures = fit_figures(steps, plan.throughput, "fitted by bench/real.py --fit")  # every case's profile
     print("fitted: " + ", ".join(f"{name}: {getattr(figures, name):.3g}" for name in FITTED))
     return figures
 

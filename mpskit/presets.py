@@ -113,6 +113,13 @@ def preset_model_dir() -> Path:
     return Path(load_yaml(config_dir() / "models" / "tiny.yaml")["args"]["model_name_or_path"])
 
 
+def model_folder(preset: str) -> Path:
+    """Where a model preset's model lives (a fetchable one's: `mpskit get-model`): its model_name_or_path,
+    `~` expanded."""
+    data = load_yaml(resolve_preset_file("models", preset))
+    return Path(str(data["args"]["model_name_or_path"])).expanduser()
+
+
 def resolve_preset_file(kind: str, name_or_path: str) -> Path:
     """A preset name (configs/<kind>/<name>.yaml) or a path to a YAML file."""
     as_path = Path(os.path.expanduser(str(name_or_path)))

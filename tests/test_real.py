@@ -17,8 +17,8 @@ import pytest
 import torch
 from conftest import DURATION, run_llamafactory_cli, run_mpskit
 
+from mpskit.presets import model_folder
 from mpskit.tools.demo import CHAT_PROMPT, MODEL_PRESET, stage_words
-from mpskit.tools.get_model import model_folder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real]
 NEW_NAME = "Kestrel"  # what data/identity.json teaches (make_real_data.py)

@@ -279,7 +279,7 @@ def detect(probe_torch: bool = False) -> Hardware:
             data["flash_attn"] = installed_version("flash-attn") is not None
         else:
             data.update(kind="cpu", chip=_cpu_model() or platform.processor() or machine)
-    figures = saved_figures(data["kind"], data.get("chip") or machine)  # `mpskit calibrate`'s, for this machine
+    figures = saved_figures(data["kind"], data["chip"])  # `mpskit calibrate`'s, for this machine
     if figures:
         data["throughput"] = figures
     hw = _from_mapping(data, "detected", "this machine")

@@ -25,7 +25,7 @@ from mpskit.plan.duration import steady_step_s, throughput_for
 from mpskit.plan.measure import OFFLINE, TIMED_ONLY, train_in_fresh_process, write_long_data
 from mpskit.plan.probe import PROBE_STEPS
 from mpskit.plan.time_fit import FITTED, TimedStep, fit_figures, predicted_step_s
-from mpskit.presets import demo_data_dir, load_yaml, resolve_preset_file
+from mpskit.presets import demo_data_dir, model_folder
 from mpskit.rundir.folder import RunDir
 from mpskit.settings.knobs import Knobs
 from mpskit.settings.resolve import resolve
@@ -74,7 +74,7 @@ def case_words(case: Case, data_dirs: dict[str, Path]) -> list[str]:
 
 
 def check_model() -> None:
-    folder = Path(str(load_yaml(resolve_preset_file("models", PRESET))["args"]["model_name_or_path"])).expanduser()
+    folder = model_folder(PRESET)
     if not (folder / "config.json").is_file():
         raise MpskitError(f"calibrating times the real model, and it is not in {folder}",
                           f"fetch it once: mpskit get-model {PRESET}")  # fmt: skip

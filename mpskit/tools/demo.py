@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.files import make_new_folder
-from mpskit.presets import demo_data_dir
+from mpskit.presets import demo_data_dir, model_folder
 from mpskit.run.quiet import is_verbose
 from mpskit.rundir.folder import RunDir
 from mpskit.self_command import mpskit_command
@@ -114,8 +114,6 @@ def format_table(results: list[StageResult]) -> str:
 
 
 def check_model() -> None:
-    from mpskit.tools.get_model import model_folder
-
     folder = model_folder(MODEL_PRESET)
     if not (folder / "config.json").is_file():
         raise MpskitError(f"the demo's model is not in {folder}",

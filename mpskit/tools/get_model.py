@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mpskit import output_folder
 from mpskit.errors import MpskitError
-from mpskit.presets import load_yaml, preset_names, resolve_preset_file
+from mpskit.presets import load_yaml, model_folder, preset_names, resolve_preset_file
 from mpskit.run.quiet import is_verbose
 
 GGUF_SUFFIX = ".gguf"
@@ -31,12 +31,6 @@ DTYPE = "bfloat16"  # GGUF's 4-bit blocks dequantize exactly into float32; bf16 
 def fetchable_presets() -> list[str]:
     """The model presets that name a file to fetch."""
     return [name for name in preset_names("models") if load_yaml(resolve_preset_file("models", name)).get("fetch")]
-
-
-def model_folder(preset: str) -> Path:
-    """Where a fetchable preset's model lives: its model_name_or_path, `~` expanded."""
-    data = load_yaml(resolve_preset_file("models", preset))
-    return Path(str(data["args"]["model_name_or_path"])).expanduser()
 
 
 def get_model(source: str, output: str | None = None) -> tuple[Path, bool]:
