@@ -130,6 +130,21 @@ def test_saved_activation_elements_per_token_and_layer():
     assert layer_activation_elements(TOY, knobs, fused=False) == (8 * 64 + 4 * 256 + 7 * 8, 4 * 128)
 
 
+def test_a_16_bit_base_under_autocast_on_cuda_saves_a_16_bit_copy_of_each_lora_input():
+    bf16 = replace(TOY, checkpoint_dtype="bfloat16")
+    knobs = Knobs(batch=1, cutoff_len=128, lora_rank=8, dtype="bf16", checkpointing=False)
+    counted = 8 * 64 + 4 * 256 + 7 * 8
+    # peft casts q, k, v, o, gate and up's input to float32 and autocast casts it back: six hidden-wide copies
+    assert layer_activation_elements(bf16, knobs, fused=True, device="cuda") == (counted + 6 * 64, 0)
+    # bitsandbytes' LoRA layers skip the cast under CUDA's autocast
+    quantized = replace(knobs, quantization_bit=4)
+    assert layer_activation_elements(bf16, quantized, fused=True, device="cuda") == (counted, 0)
+    # where the factors are calibrated (a heap), they cover the copies
+    assert layer_activation_elements(bf16, knobs, fused=True, device="cpu") == (counted, 0)
+    steps = {device: estimate(bf16, knobs, "sft", device).parts["activations"] for device in ("cuda", "cpu")}
+    assert steps["cuda"] == TOY.layers * 128 * (counted + 6 * 64) * 2  # every layer's, at 16 bits
+
+
 def test_sft_estimate_part_by_part():
     knobs = Knobs(batch=2, cutoff_len=128, lora_rank=8, checkpointing=False, dtype="fp32", attention="sdpa")
     parts = estimate(TOY, knobs, "sft", "cpu").parts

@@ -46,6 +46,12 @@ FRAMEWORK_BYTES = int(0.9 * GB)
 # (2) plus the reference's logits, copy and log-softmax (3).
 LOGIT_COPIES = {"sft": 3, "dpo": 5}
 # LoRA layers whose input is hidden-wide: q, k, v (each casts the same input again), o, gate, up.
+# peft casts a 16-bit base's LoRA input to the adapter's float32 in every dtype: without autocast lora_A
+# saves that float32 copy; under autocast, autocast casts it back to 16 bits for lora_A, which saves the
+# 16-bit copy (the ffn-wide one of down_proj takes the place of the MLP's product, which nothing else
+# saves). bitsandbytes' LoRA layers skip the cast where CUDA's autocast is on (torch.is_autocast_enabled()
+# asks CUDA's), so a quantized base on CUDA makes none. On an H200 (bench/real.py --hardware detect) the
+# 16-bit steps without checkpointing read 9-18% under the plan that left these out, and within 1.2% with them.
 LORA_INPUT_COPIES = 6
 # Transient buffers in one layer's backward: gradients of the MLP's ffn-wide tensors, and with eager
 # attention the float32 heads x s x s gradients of the probabilities and of the scores.
@@ -373,7 +379,8 @@ def checkpoint_bytes(dims: ModelDims, knobs: Knobs) -> int:
     return trainable_params(dims, knobs) * (4 + optimizer_bytes_per_parameter(knobs.optim))
 
 
-def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, lean: bool = False) -> tuple[int, int]:
+def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, lean: bool = False,
+                              device: str = "cpu") -> tuple[int, int]:  # fmt: skip
     """(16/32-bit elements, float32 elements) one decoder layer saves for backward, per token.
 
     Counted for transformers 5's Qwen2 layer with peft LoRA and frozen base weights:
@@ -383,13 +390,17 @@ def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, lean: 
     the softmax probabilities in float32 (heads x s per token), plus a copy in the compute dtype.
     Lean attention saves q, its output, k and v unrepeated, and a float32 log-sum-exp per head.
     A 16-bit checkpoint trained without autocast adds a float32 copy of each LoRA layer's input, which
-    peft casts to the adapter's float32 and lora_A keeps (LORA_INPUT_COPIES hidden-wide, one ffn-wide).
+    peft casts to the adapter's float32 and lora_A keeps (LORA_INPUT_COPIES hidden-wide, one ffn-wide);
+    under autocast, where tensors cost their bytes (exact_bytes: CUDA), a 16-bit base's LoRA layers save
+    16-bit copies of their hidden-wide inputs (elsewhere the calibrated factors cover them).
     """
     attention = 2 * dims.hidden + 2 * dims.kv_dim if lean else 4 * dims.hidden
     elements = 4 * dims.hidden + attention + 4 * dims.ffn + 7 * knobs.lora_rank
     fp32_elements = dims.heads if lean else 0
     if knobs.finetuning == "lora" and native_half(dims, knobs):
         fp32_elements += LORA_INPUT_COPIES * dims.hidden + dims.ffn
+    if knobs.finetuning == "lora" and autocast_lora_copies(dims, knobs, device):
+        elements += LORA_INPUT_COPIES * dims.hidden
     if not fused and not lean:
         probabilities = dims.heads * knobs.cutoff_len
         fp32_elements += probabilities
@@ -406,6 +417,12 @@ def trimmed(knobs: Knobs, device: str) -> bool:
 def native_half(dims: ModelDims, knobs: Knobs) -> bool:
     """A 16-bit checkpoint trained in its own dtype, without autocast."""
     return knobs.dtype == "fp32" and weight_width(dims, knobs) == 2
+
+
+def autocast_lora_copies(dims: ModelDims, knobs: Knobs, device: str) -> bool:
+    """Whether each LoRA layer saves a 16-bit copy of its input (see LORA_INPUT_COPIES): a 16-bit base
+    under autocast, counted where tensors cost their bytes."""
+    return knobs.dtype != "fp32" and knobs.quantization_bit is None and exact_bytes(dims, knobs, device)
 
 
 def exact_bytes(dims: ModelDims, knobs: Knobs, device: str) -> bool:
@@ -481,7 +498,7 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
 
     fused = attention_fused(knobs.attention, device)
     lean_attention = lean_attention_runs(knobs, device, dims)
-    elements, fp32_elements = layer_activation_elements(dims, knobs, fused, lean_attention)
+    elements, fp32_elements = layer_activation_elements(dims, knobs, fused, lean_attention, device)
     factor = activation_factor(dims, knobs, device)
     layer_bytes = int(factor * tokens * (elements * width + fp32_elements * 4))
     if knobs.checkpointing:  # each layer keeps only its input
