@@ -28,11 +28,12 @@ def cpu_figures():
     return throughput_for(load_hardware("cpu").throughput, "cpu", "cpu")
 
 
-def steps_timed_as(speed, settings=SETTINGS) -> list[TimedStep]:
-    """The settings' steps as if SPEED's figures had timed them."""
-    steps = [TimedStep({}, stage, SMOLLM2, Knobs(batch, cutoff, checkpointing=False, quantization_bit=bits), batch,
-                       None, 0.0) for stage, cutoff, batch, bits in settings]  # fmt: skip
-    return [replace(step, seconds=predicted_step_s(step, speed)) for step in steps]
+def steps_timed_as(speed, settings=SETTINGS, device="cpu", dtype="fp32") -> list[TimedStep]:
+    """The settings' steps as if SPEED's figures had timed them on DEVICE."""
+    steps = [TimedStep({}, stage, SMOLLM2, Knobs(batch, cutoff, checkpointing=False, quantization_bit=bits,
+                                                 dtype=dtype), batch, None, 0.0)
+             for stage, cutoff, batch, bits in settings]  # fmt: skip
+    return [replace(step, seconds=predicted_step_s(step, speed, device)) for step in steps]
 
 
 def test_the_fit_finds_the_figures_that_timed_the_steps():
@@ -100,6 +101,24 @@ def test_steps_that_do_not_grow_with_their_work_fit_no_figures():
     flat = [replace(step, seconds=1.0) for step in steps_timed_as(profile)]  # every step the same second
     with pytest.raises(MpskitError, match="do not grow with their work"):
         fit_figures(flat, profile, "measured here")
+
+
+def test_gpu_steps_that_are_mostly_kernel_launches_fit_no_rate():
+    gpu = throughput_for({}, "cuda", "cuda")  # the default for an NVIDIA GPU
+    # the real model's steps on an H200: a quarter of a second of launches whatever their tokens
+    launched = [replace(step, seconds=step.seconds + 0.25) for step in steps_timed_as(gpu, device="cuda",
+                                                                                       dtype="bf16")]  # fmt: skip
+    with pytest.raises(MpskitError, match="mostly a fixed cost") as refused:
+        fit_figures(launched, gpu, "measured here", "cuda")
+    assert refused.value.fix == "time your own setting's steps: mpskit plan --probe"
+    work_bound = steps_timed_as(replace(gpu, half_work=0.5, quantized_work=0.6, quantized_weight_s=1e-11),
+                                device="cuda", dtype="bf16")  # fmt: skip
+    assert fit_figures(work_bound, gpu, "measured here", "cuda").half_work == pytest.approx(0.5)
+
+
+def test_a_plan_on_cuda_names_the_probe_and_not_calibrate():
+    stdout = run_mpskit("plan", "stage=sft", "model_preset=qwen2.5-0.5b", "--hardware", "cuda-80gb").stdout
+    assert "`mpskit calibrate`" not in stdout and "`mpskit plan --probe` times real steps" in stdout
 
 
 @pytest.mark.e2e

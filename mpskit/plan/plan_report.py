@@ -53,7 +53,8 @@ def plan_lines(
     if not plan.fits:
         lines += [f"would fit  {note}" for note in (plan.over_budget, *plan.would_fit)]
     if duration:
-        lines += duration_lines(duration, probe, lengths_line(plan, shown.knobs.cutoff_len), probe_command)
+        lines += duration_lines(duration, probe, lengths_line(plan, shown.knobs.cutoff_len), probe_command,
+                                plan.device)  # fmt: skip
     return lines
 
 
@@ -87,8 +88,11 @@ def lengths_line(plan: Plan, cutoff: int) -> str:
     return plan.lengths.summary(cutoff)
 
 
-def duration_lines(duration: RunDuration, probe: Probe | None, lengths: str, probe_command: str = "") -> list[str]:
-    """The predicted step and run, the rows' lengths and figures behind them, what the probe measured."""
+def duration_lines(duration: RunDuration, probe: Probe | None, lengths: str, probe_command: str = "",
+                   device: str = "cpu") -> list[str]:  # fmt: skip
+    """The predicted step and run, the rows' lengths and figures behind them, what the probe measured.
+    Calibrating is named where the real model's steps measure a rate: not on CUDA, where they are kernel
+    launches (time_fit.GPU_MAX_WORK_RATIO)."""
     steps = "steps unknown (the dataset is not a local JSON file): set max_steps for a total"
     if duration.steps is not None:
         how = f" ({duration.examples} examples, {duration.epochs:g} epochs)" if duration.epochs else " (max_steps)"
@@ -103,7 +107,7 @@ def duration_lines(duration: RunDuration, probe: Probe | None, lengths: str, pro
         f"  figures {duration.throughput.source}",
         f"  {lengths}",
     ]
-    if not duration.throughput.measured:
+    if not duration.throughput.measured and device != "cuda":
         lines.append("  `mpskit calibrate`, run on that machine, fits its figures to real steps (a few minutes, once)")
     if probe is None:
         return lines + ["  `mpskit plan --probe` times real steps of this setting here"]

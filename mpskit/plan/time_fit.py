@@ -21,6 +21,11 @@ from mpskit.plan.memory import ModelDims
 from mpskit.settings.knobs import Knobs
 
 FITTED = ("half_layer_s", "quantized_weight_s", "half_work", "quantized_work")
+# On a GPU 16-bit work costs at most 1.25 times float32's (M1 and M2 emulate bf16: duration.work_factor's
+# rule), a quantized base's about as much. A fit far above that took a fixed cost for work: on an H200 the
+# real model's steps took 0.21-0.45 s whatever their tokens (kernel launches; bench/real.py --hardware
+# detect), and the fit made 16-bit work 10.7 times float32's and a 4-bit base's 6.1 times.
+GPU_MAX_WORK_RATIO = 2.0
 
 
 @dataclass(frozen=True)
@@ -60,4 +65,7 @@ def fit_figures(steps: list[TimedStep], profile: Throughput, source: str, device
     if any(fitted.get(name) == 0 for name in WORK_RATIOS):  # steps that took no longer with more work
         raise MpskitError("the timed steps do not grow with their work, so no figures fit them (a busy machine?)",
                           "time them again on a quiet machine")  # fmt: skip
+    if device != "cpu" and any(fitted.get(name, 0.0) > GPU_MAX_WORK_RATIO for name in WORK_RATIOS):
+        raise MpskitError(f"the timed steps on {device} are mostly a fixed cost (kernel launches, for a model this "
+                          "small), so they measure no rate", "time your own setting's steps: mpskit plan --probe")
     return replace(profile, **fitted, source=source, measured=True)
