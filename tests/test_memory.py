@@ -14,6 +14,7 @@ from mpskit.plan.memory import (
     LOADING_COPIES,
     LOGIT_COPIES,
     RUN_OVERHEAD_BYTES,
+    TRIMMED_NATIVE_HALF_HEAP,
     WEIGHT_FACTOR,
     Knobs,
     ModelDims,
@@ -23,6 +24,7 @@ from mpskit.plan.memory import (
     estimate,
     heap_kept,
     layer_activation_elements,
+    layer_buffers,
     lean_attention_runs,
 )
 
@@ -131,7 +133,7 @@ def test_saved_activation_elements_per_token_and_layer():
 
 
 def test_a_16_bit_base_under_autocast_on_cuda_saves_a_16_bit_copy_of_each_lora_input():
-    bf16 = replace(TOY, checkpoint_dtype="bfloat16")
+    bf16 = replace(TOY, checkpoint_dtype="bf16")
     knobs = Knobs(batch=1, cutoff_len=128, lora_rank=8, dtype="bf16", checkpointing=False)
     counted = 8 * 64 + 4 * 256 + 7 * 8
     # peft casts q, k, v, o, gate and up's input to float32 and autocast casts it back: six hidden-wide copies
@@ -143,6 +145,25 @@ def test_a_16_bit_base_under_autocast_on_cuda_saves_a_16_bit_copy_of_each_lora_i
     assert layer_activation_elements(bf16, knobs, fused=True, device="cpu") == (counted, 0)
     steps = {device: estimate(bf16, knobs, "sft", device).parts["activations"] for device in ("cuda", "cpu")}
     assert steps["cuda"] == TOY.layers * 128 * (counted + 6 * 64) * 2  # every layer's, at 16 bits
+
+
+def test_a_quantized_base_computed_as_stored_keeps_one_layer_s_heap_whatever_its_depth():
+    """The CPU trims the heap before each layer: what stays is one layer's recomputed forward and backward."""
+    knobs = Knobs(batch=2, cutoff_len=256, lora_rank=8, dtype="fp32", quantization_bit=4, checkpointing=True)
+    shallow = ModelDims(1024, 16, 16, 16, 4096, 1000, checkpoint_dtype="bf16", model_type="qwen2")
+    kept = heap_kept(shallow, knobs, 512)
+    assert kept == heap_kept(replace(shallow, layers=32), knobs, 512)
+    # the layer's weights dequantized in float32: q, o, k, v 4 MiB each, gate, up, down 16 MiB each
+    dequantized = (4 * 1024 * 1024 + 3 * 1024 * 4096) * 4
+    assert kept == int(TRIMMED_NATIVE_HALF_HEAP["layer buffers"] * layer_buffers(shallow, knobs, 512)
+                       + TRIMMED_NATIVE_HALF_HEAP["dequantized weights"] * dequantized)  # fmt: skip
+    assert heap_kept(shallow, replace(knobs, checkpointing=False), 512) == 0
+    # Qwen2.5-7B's weights dequantized: only k and v (7 MiB each) stay under the mmap ceiling; q and o
+    # (49 MiB) and the MLP's (259 MiB) are mapped and unmapped on their own
+    qwen7b = ModelDims(3584, 28, 28, 4, 18944, 152064, checkpoint_dtype="bf16", model_type="qwen2")
+    assert heap_kept(qwen7b, knobs, 512) == int(
+        TRIMMED_NATIVE_HALF_HEAP["layer buffers"] * layer_buffers(qwen7b, knobs, 512)
+        + TRIMMED_NATIVE_HALF_HEAP["dequantized weights"] * 2 * 3584 * 512 * 4)
 
 
 def test_sft_estimate_part_by_part():

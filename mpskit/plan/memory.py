@@ -80,7 +80,18 @@ TRIMMED_ACTIVATION_FACTOR = 1.15
 # float32 for DPO's mean logits and the lean chunk was counted over the scored positions (fooDPO's
 # checkpointed case, held out, then came within 2%).
 NATIVE_HALF_ACTIVATION_FACTOR = {False: 1.25, True: 1.1}  # by trimmed
-NATIVE_HALF_HEAP_KEPT_FRACTION = {False: {True: 0.85, False: 0.0}, True: {True: 0.15, False: 0.0}}
+NATIVE_HALF_HEAP_KEPT_FRACTION = {True: 0.85, False: 0.0}  # by gradient checkpointing, untrimmed
+# Trimmed (a quantized base) and checkpointed, the heap keeps at the step's peak what one layer's
+# recomputed forward and backward freed since the trim before that layer, so it does not grow with the
+# layers: multiples of the layer's buffers (layer_buffers) and of its linear weights dequantized (every
+# pass dequantizes each one, in float32 here; those over the mmap ceiling go back to the system). A share
+# per layer, fitted on SmolLM2-135M (30 layers, hidden 576), planned bench/qlora.py's 268M shape computed
+# as stored (16 layers, hidden 1024, FFN 4096: weights 4.7 times as large) 15-19% under. Fitted on
+# SmolLM2's checkpointed 4-bit DPO (bench/real.py) and the 268M shape at batch 1 and 4 (cutoff 256); its
+# batch 2, bench/qlora.py --fp32's case, held out: within 3.1%; a third shape held out (hidden 768, 12
+# layers, FFN 2048) +8% and +9% at batch 2 and 4 (the share, 15-17% under). Without checkpointing a trim
+# comes between every two layers' buffers, and nothing is kept.
+TRIMMED_NATIVE_HALF_HEAP = {"layer buffers": 4.0, "dequantized weights": 0.6}
 MMAP_CEILING_BYTES = 32 * 1024**2
 # The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
 # matmul's output, and per scored position two hidden-sized rows: the gathered hidden state and its
@@ -188,10 +199,14 @@ class ModelDims:
         h, kv, f = self.hidden, self.kv_dim, self.ffn
         return (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * f + 2 * h
 
+    def linear_weight_sizes(self) -> list[int]:
+        """The weights of each of a layer's seven linear layers (q, o, k, v, gate, up, down)."""
+        h, kv, f = self.hidden, self.kv_dim, self.ffn
+        return [h * h] * 2 + [h * kv] * 2 + [h * f] * 3
+
     def layer_linear_weights(self) -> int:
         """The weights of a layer's seven linear layers, what bitsandbytes quantizes (biases stay)."""
-        h, kv, f = self.hidden, self.kv_dim, self.ffn
-        return 2 * h * h + 2 * h * kv + 3 * h * f
+        return sum(self.linear_weight_sizes())
 
     def params(self) -> int:
         embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
@@ -457,10 +472,18 @@ def layer_buffers(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
 
 def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
     """What glibc keeps of the freed layer buffers of earlier steps, on the CPU (see HEAP_KEPT_FRACTION,
-    and TRIMMED_HEAP_KEPT_FRACTION for a quantized run)."""
+    TRIMMED_HEAP_KEPT_FRACTION for a quantized run, and the NATIVE_HALF figures for a 16-bit checkpoint
+    computed as stored)."""
     cut = trimmed(knobs, "cpu")
+    if native_half(dims, knobs) and cut:
+        if not knobs.checkpointing:
+            return 0
+        width = DTYPE_BYTES[knobs.dtype]  # bitsandbytes dequantizes to the compute dtype (dequantized_bytes)
+        dequantized = sum(size * width for size in dims.linear_weight_sizes() if size * width < MMAP_CEILING_BYTES)
+        return int(TRIMMED_NATIVE_HALF_HEAP["layer buffers"] * layer_buffers(dims, knobs, tokens)
+                   + TRIMMED_NATIVE_HALF_HEAP["dequantized weights"] * dequantized)  # fmt: skip
     if native_half(dims, knobs):
-        fraction = NATIVE_HALF_HEAP_KEPT_FRACTION[cut][knobs.checkpointing]
+        fraction = NATIVE_HALF_HEAP_KEPT_FRACTION[knobs.checkpointing]
     else:
         fraction = (TRIMMED_HEAP_KEPT_FRACTION if cut else HEAP_KEPT_FRACTION)[knobs.checkpointing]
     return int(fraction * dims.layers * layer_buffers(dims, knobs, tokens))
