@@ -1,8 +1,9 @@
 """4-bit bases against 16-bit ones, on the CPU: the stand-in for MPS (bitsandbytes runs the same NF4).
 
 The model is a random Qwen2-architecture one with 268M decoder-linear parameters (hidden 1024, 16
-layers, FFN 4096, the tiny model's tokenizer), saved in bf16 shards of 100 MB. Each case is SFT at
-cutoff 256, batch 2, LoRA rank 8 on every linear layer, checkpointing on, bf16, 3 optimizer steps,
+layers, FFN 4096, the tiny model's tokenizer; `--shape 85m`: hidden 768, 12 layers, FFN 2048), saved in
+bf16 shards of 100 MB. Each case is SFT at cutoff 256, batch 2 (`--batch`), LoRA rank 8 on every linear
+layer, checkpointing on, bf16, 3 optimizer steps,
 in a fresh `mpskit train` process; each round runs the 16-bit and the 4-bit case in turn (A B, then
 B A in the next round). From mpskit.json (RSS above the imports, the memory monitor's figures):
   - training memory: the run's peak, loading included;
@@ -25,7 +26,8 @@ at 1 MiB, so buffers of 1 MiB and more go back to the system when freed: the sam
 that noise left out. `--fp32` runs both arms with bf16=false: no autocast, so the bf16 shards compute in
 bf16 as stored (LLaMA-Factory loads them so).
 
-    python bench/qlora.py [--repeats 3] [--fixed-mmap-threshold] [--fp32] [--out FILE.json]
+    python bench/qlora.py [--repeats 3] [--fixed-mmap-threshold] [--fp32] [--batch 2] [--shape 268m|85m]
+                          [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -47,8 +49,12 @@ from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_proce
 from mpskit.plan.memory import QUANTIZED_BYTES  # noqa: E402
 from mpskit.rundir.folder import RunDir  # noqa: E402
 
-DIMS = dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
-            intermediate_size=4096)  # fmt: skip
+SHAPES = {
+    "268m": dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
+                 intermediate_size=4096),
+    "85m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
+                intermediate_size=2048),
+}  # fmt: skip
 GIB = 1024**3
 SHARE_TARGET = 0.70
 EXPORT_TARGET = 0.6
@@ -85,17 +91,17 @@ def bf16_shards(out: Path, dims: dict):
     return model
 
 
-def build_model(out: Path) -> tuple[Path, int]:
+def build_model(out: Path, shape: str) -> tuple[Path, int]:
     """The bench's model in bf16 shards, and its count of decoder-linear weights."""
-    model = bf16_shards(out, DIMS)
+    model = bf16_shards(out, SHAPES[shape])
     linear = sum(p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2)
     return out / "bf16", linear
 
 
-def run_case(model: Path, data: Path, out: Path, extra: list[str], env: dict[str, str]) -> dict:
+def run_case(model: Path, data: Path, out: Path, extra: list[str], env: dict[str, str], batch: int) -> dict:
     words = [
         "stage=sft", f"model_name_or_path={model}", "template=qwen", f"dataset_dir={data}", "dataset=long_sft",
-        "eval_dataset=", "eval_strategy=no", "cutoff_len=256", "per_device_train_batch_size=2",
+        "eval_dataset=", "eval_strategy=no", "cutoff_len=256", f"per_device_train_batch_size={batch}",
         "gradient_accumulation_steps=1", "lora_rank=8", "lora_target=all", "disable_gradient_checkpointing=false",
         "bf16=true", "max_steps=3", "logging_steps=1", "save_strategy=no", "plot_loss=false",
         "memory_budget_gb=1000", f"output_dir={out}", *extra,
@@ -128,13 +134,15 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="rounds of both cases (default 3)")
     parser.add_argument("--fixed-mmap-threshold", action="store_true", help="glibc's mmap threshold fixed at 1 MiB")
     parser.add_argument("--fp32", action="store_true", help="bf16=false: the shards compute as stored, no autocast")
+    parser.add_argument("--batch", type=int, default=2, help="per_device_train_batch_size (default 2)")
+    parser.add_argument("--shape", choices=list(SHAPES), default="268m", help="the model's shape (default 268m)")
     parser.add_argument("--out", help="also write the figures as JSON here")
     ns = parser.parse_args()
     if ns.repeats < 1:
         raise SystemExit("mpskit: error: --repeats must be at least 1; give --repeats 3")
     with tempfile.TemporaryDirectory(prefix="mpskit-bench-qlora-") as tmp:
         work = Path(tmp)
-        model, linear = build_model(work / "model")
+        model, linear = build_model(work / "model", ns.shape)
         base_gb = sum(path.stat().st_size for path in model.glob("*.safetensors")) / GIB
         data = write_long_data(work / "data")
         rounds = []
@@ -142,7 +150,7 @@ def main() -> int:
         for i in range(ns.repeats):
             order = list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]
             extra = {arm: [*ARMS[arm], *(["bf16=false"] if ns.fp32 else [])] for arm in order}
-            figures = {arm: run_case(model, data, work / f"run-{i}-{arm}", extra[arm], env) for arm in order}
+            figures = {arm: run_case(model, data, work / f"run-{i}-{arm}", extra[arm], env, ns.batch) for arm in order}
             rounds.append(figures)
             print(f"round {i + 1}: " + "; ".join(f"{arm} {json.dumps(figures[arm])}" for arm in ARMS), flush=True)
     savable_gb = linear * (2 - QUANTIZED_BYTES[4]) / GIB
