@@ -88,9 +88,9 @@ NATIVE_HALF_HEAP_KEPT_FRACTION = {True: 0.85, False: 0.0}  # by gradient checkpo
 # per layer, fitted on SmolLM2-135M (30 layers, hidden 576), planned bench/qlora.py's 268M shape computed
 # as stored (16 layers, hidden 1024, FFN 4096: weights 4.7 times as large) 15-19% under. Fitted on
 # SmolLM2's checkpointed 4-bit DPO (bench/real.py) and the 268M shape at batch 1 and 4 (cutoff 256); its
-# batch 2, bench/qlora.py --fp32's case, held out: within 3.1%; a third shape held out (hidden 768, 12
-# layers, FFN 2048) +8% and +9% at batch 2 and 4 (the share, 15-17% under). Without checkpointing a trim
-# comes between every two layers' buffers, and nothing is kept.
+# batch 2, bench/qlora.py --fp32's case, held out: +2.6%; a third shape held out (--shape 85m: hidden
+# 768, 12 layers, FFN 2048) +8.7% (the share: 15-17% under). Without checkpointing a trim comes between
+# every two layers' buffers, and nothing is kept.
 TRIMMED_NATIVE_HALF_HEAP = {"layer buffers": 4.0, "dequantized weights": 0.6}
 MMAP_CEILING_BYTES = 32 * 1024**2
 # The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
