@@ -3,9 +3,9 @@
 The model is a random Qwen2-architecture one with 268M decoder-linear parameters (hidden 1024, 16
 layers, FFN 4096, the tiny model's tokenizer; `--shape 85m`: hidden 768, 12 layers, FFN 2048), saved in
 bf16 shards of 100 MB. Each case is SFT at cutoff 256, batch 2 (`--batch`), LoRA rank 8 on every linear
-layer, checkpointing on, bf16, 3 optimizer steps,
-in a fresh `mpskit train` process; each round runs the 16-bit and the 4-bit case in turn (A B, then
-B A in the next round). From mpskit.json (RSS above the imports, the memory monitor's figures):
+layer, checkpointing on, bf16, 3 optimizer steps, in a fresh `mpskit train` process; each round runs
+the 16-bit and the 4-bit case in turn (A B, then B A in the next round). From mpskit.json (RSS above
+the imports, the memory monitor's figures):
   - training memory: the run's peak, loading included;
   - the loading peak: the highest it went before the first step, against the base's size on disk;
   - the step time: the median of the steps after the first.
