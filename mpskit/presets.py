@@ -120,6 +120,15 @@ def model_folder(preset: str) -> Path:
     return Path(str(data["args"]["model_name_or_path"])).expanduser()
 
 
+def fetched_model(preset: str, needed_by: str) -> Path:
+    """A fetchable preset's model folder, or one line saying what NEEDED_BY it and the command that
+    fetches it."""
+    folder = model_folder(preset)
+    if not (folder / "config.json").is_file():
+        raise MpskitError(f"{needed_by}, and it is not in {folder}", f"fetch it once: mpskit get-model {preset}")
+    return folder
+
+
 def resolve_preset_file(kind: str, name_or_path: str) -> Path:
     """A preset name (configs/<kind>/<name>.yaml) or a path to a YAML file."""
     as_path = Path(os.path.expanduser(str(name_or_path)))

@@ -17,7 +17,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mpskit.errors import MpskitError
 from mpskit.machine.calibration import save_figures
 from mpskit.machine.hardware import detect
 from mpskit.plan.advice import plan_run
@@ -25,7 +24,7 @@ from mpskit.plan.duration import steady_step_s, throughput_for
 from mpskit.plan.measure import OFFLINE, TIMED_ONLY, train_in_fresh_process, write_long_data
 from mpskit.plan.probe import PROBE_STEPS
 from mpskit.plan.time_fit import FITTED, TimedStep, fit_figures, predicted_step_s
-from mpskit.presets import demo_data_dir, model_folder
+from mpskit.presets import demo_data_dir, fetched_model
 from mpskit.rundir.folder import RunDir
 from mpskit.settings.knobs import Knobs
 from mpskit.settings.resolve import resolve
@@ -73,13 +72,6 @@ def case_words(case: Case, data_dirs: dict[str, Path]) -> list[str]:
     return words + (["quantization_bit=4"] if case.bits == 4 else [])
 
 
-def check_model() -> None:
-    folder = model_folder(PRESET)
-    if not (folder / "config.json").is_file():
-        raise MpskitError(f"calibrating times the real model, and it is not in {folder}",
-                          f"fetch it once: mpskit get-model {PRESET}")  # fmt: skip
-
-
 def timed_step(case: Case, data_dirs: dict[str, Path], out: Path) -> TimedStep:
     """Train the case in a fresh process; its setting as planned, with the knobs it trained with."""
     words = case_words(case, data_dirs)
@@ -95,7 +87,7 @@ def timed_step(case: Case, data_dirs: dict[str, Path], out: Path) -> TimedStep:
 
 def calibrate() -> tuple[Path, dict, list[dict]]:
     """Time CASES here, fit the figures, keep them: (where they are kept, the figures, each case's step)."""
-    check_model()
+    fetched_model(PRESET, "calibrating times the real model")
     hw = detect()
     work = private_folder("mpskit-calibrate-")  # removed at exit, SIGTERM included
     data_dirs = {"identity": demo_data_dir(), "checked_pref": demo_data_dir(),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.files import make_new_folder
-from mpskit.presets import demo_data_dir, model_folder
+from mpskit.presets import demo_data_dir, fetched_model
 from mpskit.run.quiet import is_verbose
 from mpskit.rundir.folder import RunDir
 from mpskit.self_command import mpskit_command
@@ -113,16 +113,9 @@ def format_table(results: list[StageResult]) -> str:
     return "\n".join(lines)
 
 
-def check_model() -> None:
-    folder = model_folder(MODEL_PRESET)
-    if not (folder / "config.json").is_file():
-        raise MpskitError(f"the demo's model is not in {folder}",
-                          f"fetch it once (make install does): mpskit get-model {MODEL_PRESET}")  # fmt: skip
-
-
 def run_demo(hardware: str | None = None) -> int:
     started = time.perf_counter()
-    check_model()
+    fetched_model(MODEL_PRESET, "the demo trains the real model")
     log_dir = make_new_folder(Path("output") / "demo-logs" / time.strftime("%Y%m%d-%H%M%S"))
     results = []
     for number, stage in enumerate(STAGES, 1):
