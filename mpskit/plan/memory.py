@@ -474,15 +474,15 @@ def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
     """What glibc keeps of the freed layer buffers of earlier steps, on the CPU (see HEAP_KEPT_FRACTION,
     TRIMMED_HEAP_KEPT_FRACTION for a quantized run, and the NATIVE_HALF figures for a 16-bit checkpoint
     computed as stored)."""
-    cut = trimmed(knobs, "cpu")
-    if native_half(dims, knobs) and cut:
+    cut, half = trimmed(knobs, "cpu"), native_half(dims, knobs)
+    if half and cut:
         if not knobs.checkpointing:
             return 0
-        width = DTYPE_BYTES[knobs.dtype]  # bitsandbytes dequantizes to the compute dtype (dequantized_bytes)
+        width = dequantized_width(knobs)
         dequantized = sum(size * width for size in dims.linear_weight_sizes() if size * width < MMAP_CEILING_BYTES)
         return int(TRIMMED_NATIVE_HALF_HEAP["layer buffers"] * layer_buffers(dims, knobs, tokens)
                    + TRIMMED_NATIVE_HALF_HEAP["dequantized weights"] * dequantized)  # fmt: skip
-    if native_half(dims, knobs):
+    if half:
         fraction = NATIVE_HALF_HEAP_KEPT_FRACTION[knobs.checkpointing]
     else:
         fraction = (TRIMMED_HEAP_KEPT_FRACTION if cut else HEAP_KEPT_FRACTION)[knobs.checkpointing]
@@ -580,10 +580,15 @@ def lean_chunks(dims: ModelDims, knobs: Knobs, positions: int, copies: int) -> i
     return PACKED_CHUNK_COPIES * min(LEAN_CHUNK_BYTES, positions * chunk_rows * 4) + rows
 
 
+def dequantized_width(knobs: Knobs) -> int:
+    """Bytes per weight a quantized layer dequantizes for its matmul: the compute dtype's (bitsandbytes'
+    compute_dtype is LLaMA-Factory's, float32 unless bf16/fp16)."""
+    return DTYPE_BYTES[knobs.dtype]
+
+
 def dequantized_bytes(dims: ModelDims, knobs: Knobs) -> int:
-    """A quantized layer's weight dequantized for its matmul: in the compute dtype (bitsandbytes'
-    compute_dtype is LLaMA-Factory's, float32 unless bf16/fp16), one copy of the largest weight."""
-    return DEQUANTIZED_COPIES * dims.hidden * dims.ffn * DTYPE_BYTES[knobs.dtype]
+    """A quantized layer's weight dequantized for its matmul, one copy of the largest weight."""
+    return DEQUANTIZED_COPIES * dims.hidden * dims.ffn * dequantized_width(knobs)
 
 
 def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, parts: dict[str, int],
