@@ -14,6 +14,7 @@ from conftest import ROOT
 FLOORS = [
     {"mpskit", "mpskit.errors", "mpskit.stages", "mpskit.rundir", "mpskit.temporary", "mpskit.lock_files",
      "mpskit.output_folder", "mpskit.self_command", "mpskit.presets", "mpskit.files"},
+    {"mpskit.export"},
     {"mpskit.machine"},
     {"mpskit.datasets"},
     {"mpskit.settings"},
