@@ -125,13 +125,32 @@ def cmd_rank(ns: argparse.Namespace) -> int:
 
 
 def cmd_chat(ns: argparse.Namespace) -> int:
+    if ns.run_dir and ns.run_dir.endswith(".gguf"):
+        from mpskit.tools.llama_cpp import chat_file
+
+        chat_file(Path(ns.run_dir).expanduser(), ns.prompt, ns.max_new_tokens, ns.temperature)
+        return 0
     from mpskit.tools.use_run import chat
 
-    chat(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.allow_unfinished, ns.base)
+    chat(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.allow_unfinished, ns.base, ns.temperature)
+    return 0
+
+
+def cmd_serve(ns: argparse.Namespace) -> int:
+    from mpskit.tools.llama_cpp import serve
+
+    serve(ns.source, ns.port, ns.allow_unfinished)
     return 0
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
+    if ns.gguf:
+        from mpskit.tools.gguf_export import describe, export_gguf
+
+        print(describe(export_gguf(ns.run_dir, ns.output, ns.gguf, ns.allow_unfinished, ns.base)), file=sys.stderr)
+        return 0
+    if ns.base:
+        raise MpskitError("export --base writes the base model as a GGUF file", "add --gguf TYPE (q8_0, f16, ...)")
     from mpskit.tools.use_run import export
 
     out = export(ns.run_dir, ns.output, ns.allow_unfinished)
@@ -203,6 +222,22 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a temperature from 0 to 100")
+    return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number from 1 to 65535")
+    return int(text)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors as mpskit's one line instead of a usage block."""
 
@@ -254,20 +289,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_run_folder_commands(sub) -> None:
     """chat, eval and export: what reads a written run folder."""
-    p = sub.add_parser("chat", help="chat with a run's adapter (default: the newest run) through LLaMA-Factory")
-    p.add_argument("run_dir", nargs="?")
+    p = sub.add_parser("chat", help="chat with a run's adapter (default: the newest run) through LLaMA-Factory, "
+                       "or with a GGUF file through llama.cpp")  # fmt: skip
+    p.add_argument("run_dir", nargs="?", help="a run folder, or FILE.gguf")
     p.add_argument("--prompt", help="answer this once and exit (else a loop on standard input)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=256)
+    p.add_argument("--temperature", type=_temperature, help="0: always the likeliest token (default: the "
+                   "engine's sampling)")  # fmt: skip
     p.add_argument("--base", action="store_true", help="the run's base model without its adapter, to compare")
+    _allow_unfinished(p)
+    p = sub.add_parser("serve", help="an OpenAI-compatible endpoint on 127.0.0.1 through llama.cpp, for a GGUF "
+                       "file or a run (exported to a temporary q8_0 file)")  # fmt: skip
+    p.add_argument("source", help="FILE.gguf or a run folder")
+    p.add_argument("--port", type=_port, default=8080, help="default: 8080")
     _allow_unfinished(p)
     p = sub.add_parser("eval", help="held-out preference accuracy and reward margin of runs against the base model")
     p.add_argument("run_dirs", nargs="+")
     p.add_argument("--dataset", help="preference data to judge on (default: a DPO run's own eval_dataset)")
     p.add_argument("--dataset-dir", help="the folder with its dataset_info.json (default: the run's)")
     _allow_unfinished(p)
-    p = sub.add_parser("export", help="merge a run's LoRA into a standalone Hugging Face model folder")
+    p = sub.add_parser("export", help="merge a run's LoRA into a standalone Hugging Face model folder, or a GGUF file")
     p.add_argument("run_dir", nargs="?")
     p.add_argument("-o", "--output", required=True, help="a new (or empty) folder")
+    p.add_argument("--gguf", metavar="TYPE", help="a GGUF file for llama.cpp, LM Studio and Ollama, and its "
+                   "Modelfile: f16, bf16, q8_0, q5_1, q5_0, q4_1 or q4_0")  # fmt: skip
+    p.add_argument("--base", action="store_true", help="with --gguf: the run's base model without its adapter")
     _allow_unfinished(p)
 
 
@@ -308,6 +354,7 @@ HANDLERS = {
     "env": cmd_env,
     "ls": cmd_ls,
     "chat": cmd_chat,
+    "serve": cmd_serve,
     "export": cmd_export,
     "eval": cmd_eval,
     "tiny-model": cmd_tiny_model,

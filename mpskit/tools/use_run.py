@@ -71,17 +71,18 @@ def inference_args(run: RunDir, quantized: bool = True, base: bool = False) -> d
 
 def chat(
     run_dir: str | Path | None, prompt: str | None = None, max_new_tokens: int = 256, allow_unfinished: bool = False,
-    base: bool = False,
+    base: bool = False, temperature: float | None = None,
 ) -> None:
     """One answer to `prompt`, or a loop on standard input (`exit` ends it, `clear` forgets). `base`: the
-    run's base model alone (its template and bits), to compare with what training made of it."""
+    run's base model alone (its template and bits), to compare with what training made of it. TEMPERATURE
+    0 decodes greedily; None keeps LLaMA-Factory's sampling."""
     run = RunDir.open(run_dir or latest_run_dir()) if base else open_trained(run_dir, allow_unfinished)
     args = inference_args(run, base=base)
     # stdout is for the answers; the base loads as the run trained it, its vocabulary packed where it was
     with library_output(), bends.packed_vocabulary(RunSpec.of(run.train_args())):
         from llamafactory.chat import ChatModel
 
-        model = ChatModel({**args, "max_new_tokens": max_new_tokens})
+        model = ChatModel({**args, "max_new_tokens": max_new_tokens, **sampling_args(temperature)})
     if prompt is not None:
         print(model.chat([{"role": "user", "content": prompt}])[0].response_text)
         return
@@ -102,6 +103,13 @@ def chat(
         answer = "".join(print(piece, end="", flush=True) or piece for piece in model.stream_chat(messages))
         print()
         messages.append({"role": "assistant", "content": answer})
+
+
+def sampling_args(temperature: float | None) -> dict:
+    """LLaMA-Factory's generating arguments for a temperature: 0 greedy, None its own sampling."""
+    if temperature is None:
+        return {}
+    return {"do_sample": False} if temperature == 0 else {"temperature": temperature}
 
 
 def export(run_dir: str | Path | None, out_dir: str | Path, allow_unfinished: bool = False) -> Path:
@@ -138,13 +146,13 @@ def _merge_by_shard(args: dict, out: Path) -> None:
     tokenizer = load_tokenizer(model_args)["tokenizer"]
     get_template_and_fix_tokenizer(tokenizer, data_args)
     out.mkdir()
-    merge_by_shard(_local_base(str(args["model_name_or_path"])), Path(args["adapter_name_or_path"]), out)
+    merge_by_shard(local_base(str(args["model_name_or_path"])), Path(args["adapter_name_or_path"]), out)
     tokenizer.padding_side = "left"  # as LLaMA-Factory's export leaves it, for generation
     tokenizer.init_kwargs["padding_side"] = "left"
     tokenizer.save_pretrained(out)
 
 
-def _local_base(model: str) -> Path:
+def local_base(model: str) -> Path:
     """The base's folder: a local one, or a hub model's snapshot in the cache."""
     path = Path(model).expanduser()
     if path.is_dir():
