@@ -10,12 +10,13 @@ llama.cpp reads the embeddings in its place. No torch.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, GGUFWriter, RopeScalingType, get_tensor_name_map
+from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, GGUFWriter, RopeScalingType, TensorNameMap, get_tensor_name_map
 
 from mpskit.errors import MpskitError
 
@@ -118,7 +119,7 @@ class ModelShape:
         """The GGUF name of a Hugging Face weight; None for one the file leaves out."""
         if name.endswith(SKIPPED) or (self.tied and name == "lm_head.weight"):
             return None
-        found = get_tensor_name_map(self.arch, self.layers).get_name(name, try_suffixes=(".weight", ".bias"))
+        found = _names(self.arch, self.layers).get_name(name, try_suffixes=(".weight", ".bias"))
         if found is None:
             raise MpskitError(f"the GGUF export does not know {self.architecture}'s weight {name}",
                               "export a Hugging Face folder instead (mpskit export without --gguf)")  # fmt: skip
@@ -152,6 +153,12 @@ class ModelShape:
                 smooth = (old_context / wavelength - low) / (high - low)
                 factors.append(1 / ((1 - smooth) / factor + smooth))
         return {"rope_freqs.weight": np.array(factors, dtype=np.float32)}
+
+
+@functools.cache
+def _names(arch: MODEL_ARCH, layers: int) -> TensorNameMap:
+    """llama.cpp's table of Hugging Face names to GGUF names, built once (it takes tens of milliseconds)."""
+    return get_tensor_name_map(arch, layers)
 
 
 def reorder_rows(rows: np.ndarray, heads: int) -> np.ndarray:

@@ -93,7 +93,7 @@ class _Streamed:
     def tofile(self, file) -> None:
         written = 0
         for block in self.tensor.blocks():
-            block.tofile(file)
+            file.write(np.ascontiguousarray(block).data)  # a full disk is OSError(ENOSPC), as any write's
             written += block.nbytes
         if written != self.nbytes:
             raise ValueError(f"{self.tensor.name}: {written} bytes made, {self.nbytes} planned")

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf.quants import BF16
 from gguf.utility import SafetensorsLocal
 
 from mpskit.errors import MpskitError
@@ -57,8 +56,10 @@ class StoredTensor:
         """Float32 ROWS rounded to this tensor's own type (to nearest, ties to even), back in float32."""
         if self.dtype == "F16":
             return rows.astype(np.float16).astype(np.float32)
-        if self.dtype == "BF16":
-            return BF16.dequantize(BF16.quantize(np.ascontiguousarray(rows, dtype=np.float32)))
+        if self.dtype == "BF16":  # float32's upper half, rounded as torch's .to(torch.bfloat16) rounds
+            bits = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32)
+            rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
+            return np.where(np.isnan(rows), np.float32("nan"), rounded.view(np.float32))
         return rows
 
     def read(self) -> np.ndarray:
