@@ -11,7 +11,8 @@ it in its server), and so does the test process itself (conftest.py).
 - MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP=N: SIGKILL as soon as the checkpoint of step N is saved, in
   whichever attempt reaches it;
 - MPSKIT_FAKE_KILL_BEFORE_MOVE=1: SIGKILL once a folder a command fills (export, tiny-model, get-model)
-  is whole under its hidden name, before it moves into place (output_folder.move_into_place).
+  is whole under its hidden name, before it moves into place (output_folder.move_into_place);
+- MPSKIT_FAKE_KILL_IN_GGUF=N: SIGKILL once N tensors of a GGUF file are written, mid-file.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ OOM_VARIABLE = "MPSKIT_FAKE_OOM_AT_STEP"
 FULL_DISK_VARIABLE = "MPSKIT_FAKE_FULL_DISK_AT_STEP"
 KILL_VARIABLE = "MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP"
 MOVE_KILL_VARIABLE = "MPSKIT_FAKE_KILL_BEFORE_MOVE"
+GGUF_KILL_VARIABLE = "MPSKIT_FAKE_KILL_IN_GGUF"
 
 
 def synthetic_error(step: int) -> RuntimeError:
@@ -114,6 +116,20 @@ def install() -> None:
         plain_move(partial, out)
 
     output_folder.move_into_place = move_or_die
+
+    from mpskit.export import gguf_file
+
+    plain_tofile = gguf_file._Streamed.tofile
+    written = []
+
+    def tofile_or_die(self, file) -> None:
+        plain_tofile(self, file)
+        written.append(self.tensor.name)
+        if len(written) == int(os.environ.get(GGUF_KILL_VARIABLE) or 0):
+            file.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    gguf_file._Streamed.tofile = tofile_or_die
 
 
 install()

@@ -1,0 +1,96 @@
+"""The real model where people chat: the demo's identity SFT run (SmolLM2-135M-Instruct, 40 steps) exported
+by `mpskit export --gguf` and judged by llama.cpp itself (the xllamacpp wheel), as test_gguf.py judges
+the random models: what it answers through the file's own chat template, what it computes against
+transformers, how it tokenizes; and a full disk under an export of its size."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import run_mpskit
+from test_gguf import TEXTS, agreement, post
+from test_real import NEW_NAME, real_model, train  # noqa: F401 - real_model is the session's fixture
+
+from mpskit.tools.demo import CHAT_PROMPT
+from mpskit.tools.llama_cpp import llama_server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.real, pytest.mark.xdist_group(__name__)]
+
+
+@pytest.fixture(scope="module")
+def identity_run(tmp_path_factory, real_model) -> Path:  # noqa: F811
+    return train(tmp_path_factory.mktemp("identity"), "sft")
+
+
+@pytest.fixture(scope="module")
+def files(identity_run, tmp_path_factory) -> dict[str, Path]:
+    """The run exported to f16 and q8_0, and its base model to q8_0 (`export --base`)."""
+    out = tmp_path_factory.mktemp("gguf")
+    found = {}
+    exports = {"f16": ["--gguf", "f16"], "q8_0": ["--gguf", "q8_0"], "base": ["--gguf", "q8_0", "--base"]}
+    for name, flags in exports.items():
+        result = run_mpskit("export", str(identity_run), *flags, "-o", str(out / name))
+        assert result.returncode == 0, result.stderr[-2000:]
+        [found[name]] = (out / name).glob("*.gguf")
+    return found
+
+
+def answer(gguf: Path) -> str:
+    """llama.cpp's chat handler, the file's own template, the likeliest token at each step."""
+    result = run_mpskit("chat", str(gguf), "--prompt", CHAT_PROMPT, "--temperature", "0", "--max-new-tokens", "40")
+    assert result.returncode == 0 and result.stderr == "", result.stderr[-2000:]
+    return result.stdout
+
+
+def test_the_identity_run_in_f16_and_q8_0_answers_with_its_new_name_and_the_base_does_not(files):
+    assert NEW_NAME in answer(files["f16"]) and NEW_NAME in answer(files["q8_0"])
+    assert NEW_NAME not in answer(files["base"])
+
+
+def test_the_real_model_in_f16_computes_what_its_merged_export_computes(files, identity_run, real_model):  # noqa: F811
+    """transformers on peft's merge rounded to bf16: what `mpskit export` writes (test_qlora and test_use_run
+    hold the two equal)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(real_model, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, identity_run).merge_and_unload().to(torch.bfloat16).float().eval()
+    tokenizer = AutoTokenizer.from_pretrained(identity_run)
+    prompts = [tokenizer.encode(text, add_special_tokens=False)[:24] for text in (CHAT_PROMPT, *TEXTS[:3])]
+    share, differences = agreement(files["f16"], merged, prompts)
+    assert share >= 0.9 and max(differences) <= 0.05, (share, max(differences))
+
+
+def test_llama_cpp_tokenizes_as_the_run_does(files, identity_run):
+    from gguf import GGUFReader
+    from transformers import AutoTokenizer
+
+    assert GGUFReader(files["q8_0"]).fields["tokenizer.ggml.pre"].contents() == "smollm"  # by the converter's hash
+    tokenizer = AutoTokenizer.from_pretrained(identity_run)
+    with llama_server(files["q8_0"]) as server:
+        for text in TEXTS:
+            ids = post(f"{server.listening_address}/tokenize", {"content": text, "add_special": False})["tokens"]
+            assert ids == tokenizer.encode(text, add_special_tokens=False), text
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 64 MB file system (tmpfs): the real model's f16 file (271 MB) does not fit."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_mid_file_is_one_line_and_leaves_nothing(identity_run, small_disk):
+    out = small_disk / "gguf"
+    result = run_mpskit("export", str(identity_run), "--gguf", "f16", "-o", str(out))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [f"mpskit: error: cannot write {out}: its disk is full; free some space, "
+                                          "or give -o a path on another disk"]  # fmt: skip
+    assert list(small_disk.iterdir()) == [] and len(list(small_disk.parent.iterdir())) == 1
