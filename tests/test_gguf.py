@@ -371,7 +371,9 @@ def test_an_existing_target_is_refused_and_left_as_it_was(tiny_run, tmp_path):
 
 def test_an_export_killed_mid_file_leaves_nothing_under_its_name_and_the_next_one_succeeds(tiny_run, tmp_path):
     out = tmp_path / "gguf"
-    killed = run_mpskit("export", str(tiny_run), "--gguf", "f16", "-o", str(out), env={"MPSKIT_FAKE_KILL_IN_GGUF": "5"})
+    command = [sys.executable, "-m", "mpskit.cli", "export", str(tiny_run), "--gguf", "f16", "-o", str(out)]
+    kill = {**os.environ, "MPSKIT_FAKE_KILL_IN_GGUF": "5"}  # fresh: the fault is read as the interpreter starts
+    killed = subprocess.run(command, env=kill, capture_output=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL
     assert not out.exists() and [path.name for path in tmp_path.iterdir() if path.name.startswith(".gguf.partial")]
     again = run_mpskit("export", str(tiny_run), "--gguf", "f16", "-o", str(out))

@@ -128,3 +128,5 @@ def test_the_demo_teaches_the_real_model_and_says_what_changed(tmp_path, real_mo
     assert NEW_NAME not in before_sft and NEW_NAME in after_sft  # the held-out question, through mpskit chat
     sft_run = (tmp_path / "output" / "demo-sft" / "latest").resolve()
     assert NEW_NAME in answer(sft_run)
+    [in_llama_cpp] = re.findall(r"^mpskit demo: the SFT run as a q8_0 GGUF file, in llama.cpp: .*\n(.*)$", out, re.M)
+    assert NEW_NAME in in_llama_cpp and len(list((tmp_path / "output" / "demo-gguf").glob("*/*.q8_0.gguf"))) == 1

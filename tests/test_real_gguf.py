@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_mpskit
+from conftest import run_mpskit, shared_folder
+from filelock import FileLock
 from test_gguf import TEXTS, agreement, post
 from test_real import NEW_NAME, real_model, train  # noqa: F401 - real_model is the session's fixture
 
@@ -18,22 +19,28 @@ from mpskit.tools.llama_cpp import llama_server
 pytestmark = [pytest.mark.e2e, pytest.mark.real, pytest.mark.xdist_group(__name__)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def identity_run(tmp_path_factory, real_model) -> Path:  # noqa: F811
-    return train(tmp_path_factory.mktemp("identity"), "sft")
+    """The demo's identity SFT, trained once per session (the first worker to ask trains it)."""
+    folder = shared_folder(tmp_path_factory) / "identity"
+    with FileLock(f"{folder}.lock"):
+        if not (folder / "output" / "real" / "latest" / "adapter_model.safetensors").is_file():
+            folder.mkdir(exist_ok=True)
+            train(folder, "sft")
+    return (folder / "output" / "real" / "latest").resolve()
 
 
-@pytest.fixture(scope="module")
-def files(identity_run, tmp_path_factory) -> dict[str, Path]:
-    """The run exported to f16 and q8_0, and its base model to q8_0 (`export --base`)."""
-    out = tmp_path_factory.mktemp("gguf")
-    found = {}
+@pytest.fixture(scope="session")
+def files(identity_run) -> dict[str, Path]:
+    """The run exported to f16 and q8_0, and its base model to q8_0 (`export --base`), once per session."""
+    out = identity_run.parent.parent.parent / "gguf"
     exports = {"f16": ["--gguf", "f16"], "q8_0": ["--gguf", "q8_0"], "base": ["--gguf", "q8_0", "--base"]}
-    for name, flags in exports.items():
-        result = run_mpskit("export", str(identity_run), *flags, "-o", str(out / name))
-        assert result.returncode == 0, result.stderr[-2000:]
-        [found[name]] = (out / name).glob("*.gguf")
-    return found
+    with FileLock(f"{out}.lock"):
+        for name, flags in exports.items():
+            if not (out / name).is_dir():
+                result = run_mpskit("export", str(identity_run), *flags, "-o", str(out / name))
+                assert result.returncode == 0, result.stderr[-2000:]
+    return {name: next((out / name).glob("*.gguf")) for name in exports}
 
 
 def answer(gguf: Path) -> str:

@@ -12,7 +12,8 @@ it in its server), and so does the test process itself (conftest.py).
   whichever attempt reaches it;
 - MPSKIT_FAKE_KILL_BEFORE_MOVE=1: SIGKILL once a folder a command fills (export, tiny-model, get-model)
   is whole under its hidden name, before it moves into place (output_folder.move_into_place);
-- MPSKIT_FAKE_KILL_IN_GGUF=N: SIGKILL once N tensors of a GGUF file are written, mid-file.
+- MPSKIT_FAKE_KILL_IN_GGUF=N: SIGKILL once N tensors of a GGUF file are written, mid-file (read as the
+  interpreter starts: the writer is imported only then).
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ def install() -> None:
 
     output_folder.move_into_place = move_or_die
 
+    if not os.environ.get(GGUF_KILL_VARIABLE):  # asked for at the start: the test starts its own interpreter
+        return
     from mpskit.export import gguf_file
 
     plain_tofile = gguf_file._Streamed.tofile
