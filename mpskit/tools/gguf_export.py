@@ -32,30 +32,31 @@ def export_gguf(run_dir: str | Path | None, out_dir: str | Path, file_type: str,
     the run's base model without its adapter, to compare (DIR/<run name>-base.<TYPE>.gguf)."""
     check_file_type(file_type)
     out = Path(os.path.abspath(Path(out_dir).expanduser()))
-    names: list[str] = []
-
-    def make(partial: Path) -> None:
-        run = RunDir.open(run_dir or latest_run_dir()) if base else open_trained(run_dir, allow_unfinished)
-        names.append(f"{run.record.run_name}{'-base' if base else ''}.{file_type}.gguf")
-        with run.locked("mpskit export"):
-            write_run(run, partial, names[0], file_type, base)
-
-    output_folder.fill(out, "-o", "mpskit export", "give -o a new folder", make)
-    return out / names[0]
+    run = RunDir.open(run_dir or latest_run_dir()) if base else open_trained(run_dir, allow_unfinished)
+    name = f"{run.record.run_name}{'-base' if base else ''}"
+    output_folder.fill(out, "-o", "mpskit export", "give -o a new folder",
+                       lambda partial: _write_run(run, partial, name, file_type, base))  # fmt: skip
+    return out / file_name(name, file_type)
 
 
-def write_run(run: RunDir, folder: Path, file_name: str, file_type: str, base: bool = False) -> None:
-    """FOLDER (made here): the run's GGUF file and its Modelfile."""
-    args = inference_args(run, quantized=False, base=base)
-    full = full_model(run) and not base
-    model = Path(args["model_name_or_path"]) if full else local_base(str(args["model_name_or_path"]))
-    shape, tensors = plan_model(model, None if full or base else run.path, file_type)
-    folder.mkdir()
-    tokenizer = folder / ".tokenizer"
-    vocabulary, modelfile = run_tokenizer(args, tokenizer, model / "config.json", shape.vocab)
-    write_gguf(folder / file_name, file_name.split(".")[0], shape, vocabulary, tensors, file_type)
-    (folder / MODELFILE).write_text(modelfile.replace("FROM .\n", f"FROM ./{file_name}\n", 1), encoding="utf-8")
-    shutil.rmtree(tokenizer)
+def file_name(name: str, file_type: str) -> str:
+    return f"{name}.{file_type}.gguf"
+
+
+def _write_run(run: RunDir, folder: Path, name: str, file_type: str, base: bool = False) -> None:
+    """FOLDER (made here): the run's GGUF file and its Modelfile, the run locked meanwhile."""
+    with run.locked("mpskit export"):
+        args = inference_args(run, quantized=False, base=base)
+        full = full_model(run) and not base
+        model = Path(args["model_name_or_path"]) if full else local_base(str(args["model_name_or_path"]))
+        shape, tensors = plan_model(model, None if full or base else run.path, file_type)
+        folder.mkdir()
+        tokenizer = folder / ".tokenizer"
+        vocabulary, modelfile = run_tokenizer(args, tokenizer, model / "config.json", shape.vocab)
+        write_gguf(folder / file_name(name, file_type), name, shape, vocabulary, tensors, file_type)
+        modelfile = modelfile.replace("FROM .\n", f"FROM ./{file_name(name, file_type)}\n", 1)
+        (folder / MODELFILE).write_text(modelfile, encoding="utf-8")
+        shutil.rmtree(tokenizer)
 
 
 def run_tokenizer(args: dict, folder: Path, config: Path, vocab_size: int) -> tuple[Vocabulary, str]:
@@ -71,7 +72,7 @@ def run_tokenizer(args: dict, folder: Path, config: Path, vocab_size: int) -> tu
         template = get_template_and_fix_tokenizer(tokenizer, data_args)
         tokenizer.save_pretrained(folder)
         shutil.copyfile(config, folder / "config.json")
-        try:  # the template the run trained with, as Jinja (LLaMA-Factory writes it into a tokenizer that has none)
+        try:  # the template the run trained with, as Jinja (LLaMA-Factory 0.9.5's own writer of it)
             chat_template = template._get_jinja_template(tokenizer)
         except ValueError:  # a template LLaMA-Factory cannot write as Jinja: the tokenizer's own
             chat_template = tokenizer.chat_template
@@ -87,6 +88,6 @@ def describe(path: Path) -> str:
     """The line an export ends with: the file, its size, and the commands that run it."""
     size = path.stat().st_size
     shown = f"{size / 1e9:.2f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
-    name = path.name.split(".")[0]
+    name = path.name.rsplit(".", 2)[0]  # the run's name: <name>.<type>.gguf
     return (f"mpskit: wrote {path} ({shown}); run it: ollama create {name} -f {path.parent / MODELFILE}, "
             f"llama-cli -m {path}, or mpskit chat {path}")  # fmt: skip
