@@ -3,7 +3,8 @@
 SmolLM2-135M-Instruct (`mpskit get-model smollm2-135m`, which `make install` runs) learns a new name
 and maker from the identity set (SFT), then DPO and fooDPO train on pairs whose chosen answer is
 checkably the better one. Each stage is evaluated on held-out data before its first step and at its
-end, and the model answers a held-out question before SFT and after it.
+end, and the model answers a held-out question before SFT and after it; last, the SFT run answers it
+again as a q8_0 GGUF file through llama.cpp, the file Ollama and LM Studio run.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ STAGE_WORDS = {
     "foodpo": ["dataset=checked_pref", "eval_dataset=checked_pref_eval", "max_steps=10"],
 }
 CHAT_PROMPT = "Who are you?"  # a held-out question (identity_eval.json)
+GGUF_TYPE = "q8_0"  # the SFT run's file for llama.cpp, at the end
 NEXT_COMMANDS = ("mpskit: next:", "mpskit:      ")  # each stage's summary, but the commands: chat comes last
 # What each stage's held-out evaluation is judged by, and its name in the table: SFT the answers' loss;
 # DPO and fooDPO the log-ratio gap (the reward margin with beta factored out: their betas differ) and
@@ -131,6 +133,11 @@ def run_demo(hardware: str | None = None) -> int:
         answer = ask(sft, CHAT_PROMPT, log_dir / f"chat{'-base' if base else ''}.log", base)
         print(f"\nmpskit demo: {when}: {command}\n{answer}", flush=True)
     print(f"\n(\"{CHAT_PROMPT}\" is held out: the identity set never asks it in those words.)")
+    gguf = gguf_file_of(sft, Path("output") / "demo-gguf" / log_dir.name, log_dir / "export.log")
+    command = f"mpskit chat {os.path.relpath(gguf)} --prompt '{CHAT_PROMPT}' --temperature 0"
+    answer = ask(gguf, CHAT_PROMPT, log_dir / "chat-gguf.log", temperature=0)
+    print(f"\nmpskit demo: the SFT run as a {GGUF_TYPE} GGUF file, in llama.cpp: {command}\n{answer}", flush=True)
+    print(f"(Ollama: ollama create {gguf.name.split('.')[0]} -f {os.path.relpath(gguf.parent)}/Modelfile)")
     print(f"mpskit demo: done in {time.perf_counter() - started:.0f} s")
     return 0
 
@@ -145,13 +152,23 @@ LEARNED = (
 )
 
 
-def ask(run_dir: Path, prompt: str, log_path: Path, base: bool = False) -> str:
-    """A run's adapter (or its base model alone) answers once (`mpskit chat --prompt`); its log lines go
-    to log_path."""
-    command = mpskit_command("chat", str(run_dir), "--prompt", prompt, "--max-new-tokens", "40")
+def ask(model: Path, prompt: str, log_path: Path, base: bool = False, temperature: float | None = None) -> str:
+    """A run's adapter (or its base model alone, or a GGUF file) answers once (`mpskit chat --prompt`); its
+    log lines go to log_path."""
+    command = mpskit_command("chat", str(model), "--prompt", prompt, "--max-new-tokens", "40")
+    command += ["--base"] if base else []
+    command += ["--temperature", str(temperature)] if temperature is not None else []
     with open(log_path, "w") as log:
-        answer = subprocess.run([*command, *(["--base"] if base else [])], stdout=subprocess.PIPE, stderr=log,
-                                text=True)  # fmt: skip
+        answer = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True)
     if answer.returncode != 0:
-        raise MpskitError(f"the demo's chat with {run_dir} failed", f"see {log_path}")
+        raise MpskitError(f"the demo's chat with {model} failed", f"see {log_path}")
     return answer.stdout.rstrip("\n")
+
+
+def gguf_file_of(run_dir: Path, out: Path, log_path: Path) -> Path:
+    """The run as a GGUF file for llama.cpp, LM Studio and Ollama (`mpskit export --gguf`): its path."""
+    command = mpskit_command("export", str(run_dir), "--gguf", GGUF_TYPE, "-o", str(out))
+    with open(log_path, "w") as log:
+        if subprocess.run(command, stdout=log, stderr=log).returncode != 0:
+            raise MpskitError(f"the demo's export of {run_dir} failed", f"see {log_path}")
+    return next(out.glob("*.gguf"))
