@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, run_mpskit
+from gguf_checks import TEXTS, agreement, assert_agrees_as_f16, post, prompt_ids
 
 from mpskit.errors import MpskitError
 from mpskit.export.gguf_file import plan_model, write_gguf
@@ -33,13 +34,6 @@ from mpskit.export.vocabulary import QWEN2_PATTERN, read_vocabulary
 from mpskit.tools.llama_cpp import llama_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group(__name__)]
-TEXTS = [  # several scripts, code and emoji, for the tokenizer
-    "The quick brown fox jumps over the lazy dog, isn't it?  Twice!",
-    "Grüße aus Köln, ¿qué tal? Привет, мир. 你好，世界。こんにちは",
-    'def add(a, b):\n    return a + b  # sum\n\nprint(add(3, 4) == 7)\t{"k": [1, 22, 333]}',
-    "🚀 launch 😶\u200d🌫️ fog ✅ done 🦙🦙 llamas 👍🏽",
-    "   leading spaces\n\n\ntrailing\t\t tabs 3.14159 1,000,000 $100 e=mc^2",
-]
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 2, "max_position_embeddings": 256}  # fmt: skip
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
@@ -85,47 +79,6 @@ def export(model: Path, out: Path, file_type: str = "f16", adapter: Path | None 
     return out
 
 
-def llama_greedy(gguf: Path, prompts: list[list[int]], tokens: int = 24) -> list[tuple[list[int], list[float | None]]]:
-    """llama.cpp's greedy continuation of each prompt (token ids in, no BOS added), and the log-probability
-    it gives each token. llama-server reports none for a token whose bytes are no whole UTF-8 text (a
-    byte-level token of half a character): None there."""
-    found = []
-    with llama_server(gguf) as server:
-        for prompt in prompts:
-            request = {"prompt": prompt, "n_predict": tokens, "temperature": 0, "n_probs": 1, "return_tokens": True,
-                       "cache_prompt": False, "ignore_eos": True}  # fmt: skip
-            result = post(f"{server.listening_address}/completion", request)
-            reported = iter(result["completion_probabilities"] or [])
-            entry, logprobs = next(reported, None), []
-            for token in result["tokens"]:  # a skipped token's twin, the same id, is skipped too
-                logprobs.append(entry["logprob"] if entry and entry["id"] == token else None)
-                entry = next(reported, None) if logprobs[-1] is not None else entry
-            found.append((result["tokens"], logprobs))
-    return found
-
-
-def post(url: str, body: dict) -> dict:
-    request = urllib.request.Request(url, json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    return json.loads(urllib.request.urlopen(request, timeout=120).read())
-
-
-def agreement(gguf: Path, model, prompts: list[list[int]]) -> tuple[float, list[float]]:
-    """llama.cpp's greedy tokens scored by transformers' MODEL on the same ids: the share of positions
-    where transformers' argmax is llama.cpp's token, and the log-probability difference at each position
-    llama.cpp reports one for (most of them)."""
-    agree, differences, positions = 0, [], 0
-    for prompt, (tokens, logprobs) in zip(prompts, llama_greedy(gguf, prompts), strict=True):
-        with torch.no_grad():
-            scores = torch.log_softmax(model(torch.tensor([prompt + tokens])).logits[0].float(), -1)
-        for step, (token, logprob) in enumerate(zip(tokens, logprobs, strict=True)):
-            row = scores[len(prompt) - 1 + step]
-            agree += int(row.argmax().item() == token)
-            differences += [abs(row[token].item() - logprob)] if logprob is not None else []
-            positions += 1
-    assert len(differences) >= positions / 2, (len(differences), positions)  # the bound below holds on most
-    return agree / positions, differences
-
-
 def reference(model_dir: Path, adapter: Path | None = None):
     """transformers' model in float32 from the bf16 folder; with ADAPTER, peft's merge stored in bf16, as
     `mpskit export` stores a merge."""
@@ -139,13 +92,6 @@ def reference(model_dir: Path, adapter: Path | None = None):
     return model
 
 
-def prompt_ids(model_dir: Path) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return [tokenizer.encode(text, add_special_tokens=False)[:24] for text in TEXTS[:4]]
-
-
 @pytest.fixture(scope="module")
 def tokenizer_dir(tiny_model) -> Path:
     return tiny_model
@@ -155,8 +101,7 @@ def tokenizer_dir(tiny_model) -> Path:
 def test_each_covered_architecture_in_f16_computes_what_transformers_computes(tmp_path, tokenizer_dir, architecture):
     model_dir = random_model(tmp_path / architecture, architecture, tokenizer_dir)
     gguf = export(model_dir, tmp_path / "model.f16.gguf")
-    share, differences = agreement(gguf, reference(model_dir), prompt_ids(model_dir))
-    assert share >= 0.9 and max(differences) <= 0.05, (share, max(differences))
+    assert_agrees_as_f16(gguf, reference(model_dir), prompt_ids(model_dir))
 
 
 def test_a_lora_adapter_is_merged_before_llamas_q_and_k_rows_are_reordered(tmp_path, tokenizer_dir):
@@ -170,8 +115,7 @@ def test_a_lora_adapter_is_merged_before_llamas_q_and_k_rows_are_reordered(tmp_p
     adapted.save_pretrained(tmp_path / "adapter")  # B random too: the adapter changes what the model says
     gguf = export(model_dir, tmp_path / "merged.f16.gguf", adapter=tmp_path / "adapter")
     merged = reference(model_dir, tmp_path / "adapter")
-    share, differences = agreement(gguf, merged, prompt_ids(model_dir))
-    assert share >= 0.9 and max(differences) <= 0.05, (share, max(differences))
+    assert_agrees_as_f16(gguf, merged, prompt_ids(model_dir))
     base_share, _ = agreement(export(model_dir, tmp_path / "base.f16.gguf"), merged, prompt_ids(model_dir))
     assert base_share < 0.9  # without the adapter the file says something else
 
@@ -283,9 +227,7 @@ def test_a_run_exported_to_f16_computes_what_its_hugging_face_export_computes(ti
     """The LoRA run through both exports (its adapter merged into the bf16 base either way)."""
     assert run_mpskit("export", str(tiny_run), "--gguf", "f16", "-o", str(tmp_path / "gguf")).returncode == 0
     assert run_mpskit("export", str(tiny_run), "-o", str(tmp_path / "hf")).returncode == 0
-    share, differences = agreement(tmp_path / "gguf" / "tiny.f16.gguf", reference(tmp_path / "hf"),
-                                   prompt_ids(tmp_path / "hf"))  # fmt: skip
-    assert share >= 0.9 and max(differences) <= 0.05, (share, max(differences))
+    assert_agrees_as_f16(tmp_path / "gguf" / "tiny.f16.gguf", reference(tmp_path / "hf"), prompt_ids(tmp_path / "hf"))
 
 
 def test_the_modelfile_template_renders_a_conversation_as_the_files_chat_template_does(exported, tmp_path):

@@ -133,6 +133,7 @@ def test_a_quantized_run_logs_the_losses_of_plain_llamafactory(tmp_path, tiny_mo
 
 @pytest.mark.e2e
 def test_a_4_bit_run_chats_and_evaluates_in_4_bits_and_exports_a_16_bit_merge(tmp_path, tiny_model):
+    from gguf_checks import assert_agrees_as_f16, prompt_ids
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -156,6 +157,9 @@ def test_a_4_bit_run_chats_and_evaluates_in_4_bits_and_exports_a_16_bit_merge(tm
     tokens = torch.tensor([[1, 17, 230, 5, 99, 401, 12, 7]])
     with torch.no_grad():
         torch.testing.assert_close(merged(tokens).logits, expected(tokens).logits, rtol=1e-3, atol=1e-3)
+    gguf = tmp_path / "gguf"  # the same merge streamed into a GGUF file, as llama.cpp computes it
+    assert run_mpskit("export", str(run_dir), "--gguf", "f16", "-o", str(gguf), cwd=tmp_path).returncode == 0
+    assert_agrees_as_f16(gguf / "q.f16.gguf", merged, prompt_ids(out))
 
 
 @pytest.mark.e2e

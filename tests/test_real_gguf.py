@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import run_mpskit, shared_folder
 from filelock import FileLock
-from test_gguf import TEXTS, agreement, post
+from gguf_checks import TEXTS, assert_agrees_as_f16, post
 from test_real import NEW_NAME, real_model, train  # noqa: F401 - real_model is the session's fixture
 
 from mpskit.tools.demo import CHAT_PROMPT
@@ -65,8 +65,7 @@ def test_the_real_model_in_f16_computes_what_its_merged_export_computes(files, i
     merged = PeftModel.from_pretrained(base, identity_run).merge_and_unload().to(torch.bfloat16).float().eval()
     tokenizer = AutoTokenizer.from_pretrained(identity_run)
     prompts = [tokenizer.encode(text, add_special_tokens=False)[:24] for text in (CHAT_PROMPT, *TEXTS[:3])]
-    share, differences = agreement(files["f16"], merged, prompts)
-    assert share >= 0.9 and max(differences) <= 0.05, (share, max(differences))
+    assert_agrees_as_f16(files["f16"], merged, prompts)
 
 
 def test_llama_cpp_tokenizes_as_the_run_does(files, identity_run):

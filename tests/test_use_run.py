@@ -325,7 +325,11 @@ def test_compare_takes_the_held_out_figures_mpskit_eval_wrote_for_a_run_trained_
 
 
 @pytest.mark.e2e
-def test_a_full_fine_tune_is_chatted_with_from_its_own_folder(tmp_path, tiny_model):
+def test_a_full_fine_tune_is_chatted_with_and_exported_from_its_own_folder(tmp_path, tiny_model):
+    import torch
+    from gguf_checks import assert_agrees_as_f16, prompt_ids
+    from transformers import AutoModelForCausalLM
+
     words = ["train", "preset=sft", "model_preset=tiny", f"model_name_or_path={tiny_model}", "finetuning_type=full",
              f"dataset_dir={ROOT / 'data'}", "max_steps=1", "eval_strategy=no", "run_name=full", "--hardware", "cpu"]
     trained = run_mpskit(*words, cwd=tmp_path)
@@ -334,6 +338,10 @@ def test_a_full_fine_tune_is_chatted_with_from_its_own_folder(tmp_path, tiny_mod
     assert (run_dir / "model.safetensors").is_file() and not (run_dir / "adapter_config.json").exists()
     chat = run_mpskit("chat", str(run_dir), "--prompt", "hi", "--max-new-tokens", "4", cwd=tmp_path)
     assert chat.returncode == 0 and chat.stdout.strip(), chat.stderr[-2000:]
+    exported = run_mpskit("export", str(run_dir), "--gguf", "f16", "-o", str(tmp_path / "gguf"), cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr[-2000:]  # the run folder is the model, for llama.cpp too
+    trained = AutoModelForCausalLM.from_pretrained(run_dir, dtype=torch.float32).eval()
+    assert_agrees_as_f16(tmp_path / "gguf" / "full.f16.gguf", trained, prompt_ids(run_dir))
 
 
 @pytest.mark.e2e
