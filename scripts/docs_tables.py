@@ -1,9 +1,10 @@
 """The docs' generated tables, written into their pages between their markers: the key table of
-docs/usage.md (mpskit's own settings, from their fields: mpskit/settings/settings_help.py) and the
-what-fits table of docs/memory-and-planner.md (bench/what_fits.py, from the planner). A test holds
-each page to its table.
+docs/usage.md (mpskit's own settings, from their fields: mpskit/settings/settings_help.py), the
+what-fits table of docs/memory-and-planner.md (bench/what_fits.py, from the planner) and the GGUF
+export's figures in docs/gguf.md and their line in README.md (bench/results/gguf.json, which
+bench/gguf_export.py writes). A test holds each page to its table.
 
-    python scripts/docs_tables.py      rewrite both
+    python scripts/docs_tables.py      rewrite them all
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+import gguf_export  # noqa: E402
 import what_fits  # noqa: E402
 
 from mpskit.errors import MpskitError  # noqa: E402
 from mpskit.settings.settings_help import key_table  # noqa: E402
 
 TABLES = {"key-table": (ROOT / "docs" / "usage.md", key_table),
-          "what-fits": (ROOT / "docs" / "memory-and-planner.md", what_fits.table)}  # fmt: skip
+          "what-fits": (ROOT / "docs" / "memory-and-planner.md", what_fits.table),
+          "gguf": (ROOT / "docs" / "gguf.md", gguf_export.table),
+          "gguf-line": (ROOT / "README.md", gguf_export.summary)}  # fmt: skip
 
 
 def markers(name: str) -> tuple[str, str]:

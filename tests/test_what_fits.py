@@ -52,3 +52,11 @@ def test_a_16_gb_mac_plans_foodpo_at_4096_for_qwen25_15b():
     assert refused.returncode == 3 and "NO SETTING FITS" in refused.stdout
     packed = run_mpskit("plan", *words, "lean_attention=false", "--hardware", "m1-pro-16gb")  # packed embeddings fit
     assert packed.returncode == 0 and "4-bit embeddings and output layer" in packed.stdout
+
+
+def test_the_gguf_figures_are_the_benchs():
+    """docs/gguf.md's table is bench/gguf_export.py's last results (bench/results/gguf.json), not typed."""
+    import gguf_export
+
+    assert docs_tables.block("gguf") == gguf_export.table(), "run: python scripts/docs_tables.py"
+    assert docs_tables.block("gguf-line") == gguf_export.summary(), "run: python scripts/docs_tables.py"
