@@ -264,14 +264,20 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_serve_answers_an_openai_client_and_stops_on_sigint_freeing_the_port(exported, tmp_path):
-    gguf, _ = exported
+def test_serve_answers_an_openai_client_and_stops_on_sigint_freeing_the_port(tiny_run, tmp_path):
+    """A run folder served: exported to a temporary q8_0 file first, which goes when the server stops."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mpskit.cli", "serve", str(gguf), "--port", str(port)],
-                              stderr=subprocess.PIPE, text=True, cwd=tmp_path)  # fmt: skip
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    server = subprocess.Popen([sys.executable, "-m", "mpskit.cli", "serve", str(tiny_run), "--port", str(port)],
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "TMPDIR": str(temporary)})  # fmt: skip
     try:
-        line = server.stderr.readline()
-        assert f"at http://127.0.0.1:{port}/v1" in line, line + server.stderr.read()
+        lines = [server.stderr.readline()]  # "exporting ...", then "serving ... at ADDRESS" (or the end)
+        while lines[-1] and "serving" not in lines[-1]:
+            lines.append(server.stderr.readline())
+        assert f"at http://127.0.0.1:{port}/v1" in lines[-1], "".join(lines) + server.stderr.read()
+        [exported_to] = temporary.iterdir()
         answer = post(f"http://127.0.0.1:{port}/v1/chat/completions",
                       {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})  # fmt: skip
         assert answer["object"] == "chat.completion" and answer["usage"]["completion_tokens"] > 0
@@ -281,7 +287,7 @@ def test_serve_answers_an_openai_client_and_stops_on_sigint_freeing_the_port(exp
         assert server.wait(timeout=60) == 0
     finally:
         server.kill()
-    assert "stopped" in server.stderr.read()
+    assert "stopped" in server.stderr.read() and not exported_to.exists()
     with socket.socket() as probe:  # no one listens there any more (a server binds as this one does)
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", port))
