@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mpskit.errors import MpskitError
 from mpskit.run.quiet import is_verbose
+from mpskit.tools.use_run import converse, show
 
 INSTALL = "pip install 'mpskit[gguf]' (make install brings it)"
 CONTEXT = 4096  # tokens a conversation may hold (the Modelfile's num_ctx too)
@@ -94,32 +95,12 @@ def reply(server, messages: list[dict], max_tokens: int, temperature: float | No
 
 
 def chat_file(model: Path, prompt: str | None, max_tokens: int, temperature: float | None) -> None:
-    """One answer to PROMPT, or a chat on standard input (`clear` forgets it, `exit` ends it)."""
+    """One answer to PROMPT, or a chat on standard input (use_run.converse)."""
     with llama_server(model) as server:
         if prompt is not None:
             print(reply(server, [{"role": "user", "content": prompt}], max_tokens, temperature))
             return
-        print("mpskit chat: type a message; `clear` forgets the conversation, `exit` ends it", file=sys.stderr)
-        messages: list[dict] = []
-        while True:
-            try:
-                text = input("\nUser: ")
-            except EOFError:
-                return
-            if text.strip() in ("exit", "clear"):
-                if text.strip() == "exit":
-                    return
-                messages = []
-                continue
-            messages.append({"role": "user", "content": text})
-            print("Assistant: ", end="", flush=True)
-            answer = reply(server, messages, max_tokens, temperature, stream=_show)
-            print()
-            messages.append({"role": "assistant", "content": answer})
-
-
-def _show(piece: str) -> None:
-    print(piece, end="", flush=True)
+        converse(lambda messages: reply(server, messages, max_tokens, temperature, stream=show))
 
 
 def serve(source: str, port: int, allow_unfinished: bool = False) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from mpskit import output_folder
@@ -86,6 +87,12 @@ def chat(
     if prompt is not None:
         print(model.chat([{"role": "user", "content": prompt}])[0].response_text)
         return
+    converse(lambda messages: "".join(show(piece) or piece for piece in model.stream_chat(messages)))
+
+
+def converse(respond: Callable[[list[dict]], str]) -> None:
+    """A chat on standard input: RESPOND(messages) prints the answer as it comes and returns it; `clear`
+    forgets the conversation, `exit` (or the end of the input) ends it."""
     print("mpskit chat: type a message; `clear` forgets the conversation, `exit` ends it", file=sys.stderr)
     messages: list[dict] = []
     while True:
@@ -100,9 +107,13 @@ def chat(
             continue
         messages.append({"role": "user", "content": text})
         print("Assistant: ", end="", flush=True)
-        answer = "".join(print(piece, end="", flush=True) or piece for piece in model.stream_chat(messages))
+        answer = respond(messages)
         print()
         messages.append({"role": "assistant", "content": answer})
+
+
+def show(piece: str) -> None:
+    print(piece, end="", flush=True)
 
 
 def sampling_args(temperature: float | None) -> dict:
