@@ -126,6 +126,9 @@ def cmd_rank(ns: argparse.Namespace) -> int:
 
 def cmd_chat(ns: argparse.Namespace) -> int:
     if ns.run_dir and ns.run_dir.endswith(".gguf"):
+        if ns.base:
+            fix = "export the run's base model as a file: mpskit export RUN --gguf q8_0 --base"
+            raise MpskitError("chat --base takes a run folder, not a GGUF file", fix)
         from mpskit.tools.llama_cpp import chat_file
 
         chat_file(Path(ns.run_dir).expanduser(), ns.prompt, ns.max_new_tokens, ns.temperature)

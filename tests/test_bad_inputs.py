@@ -55,6 +55,7 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("bad_info/dataset_info.json", "{not json")
     write("missing_file/dataset_info.json", json.dumps({"d": {"file_name": "gone.json"}}))
     write("a_file", "not a folder")
+    write("text.gguf", "not a GGUF file")
     write("compared/comparison.md", "last week's comparison")
     write("full_run/keep.txt", "two hours of training")
     write("no_ckpt_run/mpskit.json", "{}")
@@ -470,6 +471,16 @@ INPUT_CASES = [
      ["not a LLaMA-Factory value", "quantization_method=bnb"]),
     ("oom_ladder not keep or adapt", ["train", "BASE", "oom_ladder=sometimes"], ["oom_ladder='sometimes'", "adapt"]),
     ("export of a folder that is not a run", ["export", "{w}/not_a_run", "-o", "{w}/merged"], ["not an mpskit run"]),
+    ("export --gguf a K-quant", ["export", "{w}/not_a_run", "--gguf", "q4_k_m", "-o", "{w}/gguf"],
+     ["K-quants are made by llama.cpp's own llama-quantize", "FILE.Q4_K_M.gguf Q4_K_M"]),
+    ("export --gguf a type it does not write", ["export", "{w}/not_a_run", "--gguf", "int3", "-o", "{w}/gguf"],
+     ["--gguf int3 is not a type", "q8_0"]),
+    ("export --base without --gguf", ["export", "{w}/not_a_run", "--base", "-o", "{w}/merged"], ["add --gguf"]),
+    ("chat a GGUF file that is not there", ["chat", "{w}/missing.gguf", "--prompt", "hi"], ["missing.gguf not found"]),
+    ("chat a file that is no GGUF", ["chat", "{w}/text.gguf", "--prompt", "hi"], ["llama.cpp cannot load"]),
+    ("chat a GGUF file with --base", ["chat", "{w}/text.gguf", "--base"], ["--base takes a run folder", "--gguf"]),
+    ("chat at a negative temperature", ["chat", "{w}/text.gguf", "--temperature", "-1"], ["not a temperature"]),
+    ("serve on port 70000", ["serve", "{w}/text.gguf", "--port", "70000"], ["not a port number"]),
     pytest.param(
         "MPS profile on a machine without MPS",
         ["train", "BASE", "--hardware", "m1-pro-16gb"],

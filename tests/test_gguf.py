@@ -332,15 +332,6 @@ def test_an_export_killed_mid_file_leaves_nothing_under_its_name_and_the_next_on
         assert server.handle_completions({"prompt": "Hi", "max_tokens": 2})["usage"]["completion_tokens"] == 2
 
 
-def test_k_quants_and_unknown_types_are_one_line_each(tiny_run, tmp_path):
-    k_quant = run_mpskit("export", str(tiny_run), "--gguf", "q4_k_m", "-o", str(tmp_path / "x"))
-    assert k_quant.returncode == 2
-    assert "llama-quantize FILE.f16.gguf FILE.Q4_K_M.gguf Q4_K_M" in k_quant.stderr.splitlines()[-1]
-    unknown = run_mpskit("export", str(tiny_run), "--gguf", "int3", "-o", str(tmp_path / "x"))
-    assert unknown.returncode == 2 and len(unknown.stderr.splitlines()) == 1 and "f16, bf16, q8_0" in unknown.stderr
-    assert not (tmp_path / "x").exists()
-
-
 def test_without_xllamacpp_chat_says_how_to_install_it(exported, tmp_path):
     gguf, _ = exported
     (tmp_path / "xllamacpp.py").write_text("raise ImportError('not installed')\n")
