@@ -2,10 +2,12 @@
 session, and the patterns of mpskit's screen lines. Under pytest-xdist (`make test`), modules whose
 tests share a module-scoped run carry `xdist_group(__name__)`, so one worker runs them all."""
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,17 @@ def tiny_model(tmp_path_factory) -> Path:
             built = run_mpskit("tiny-model", str(model), "--data", str(ROOT / "data"))
             assert built.returncode == 0, built.stderr
     return model
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str, without: str = "") -> Iterator[Path]:
+    """A real file system of SIZE (tmpfs) at FOLDER, where this machine lets a test mount one (as root);
+    else the test is skipped, saying WITHOUT: what covers it there."""
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)]
+    if subprocess.run(mount, capture_output=True).returncode:
+        pytest.skip(f"mounting a tmpfs needs root{without}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

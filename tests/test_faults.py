@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, run_mpskit
+from conftest import ROOT, run_mpskit, tmpfs
 
 from mpskit.rundir.checkpoints import checkpoints, incomplete_reason
 
@@ -217,14 +217,8 @@ def test_resume_from_checkpoint_of_another_run_is_honoured(tmp_path, tiny_model)
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 160 MB filesystem (tmpfs) for the run folder, where this machine lets a test mount one."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m", "tmpfs", str(disk)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs needs root; the faked ENOSPC tests cover the same paths")
-    try:
+    with tmpfs(tmp_path / "disk", "160m", "; the faked ENOSPC tests cover the same paths") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def test_a_real_full_disk_mid_run_keeps_the_record_and_resume_finishes(tmp_path, tiny_model, small_disk):

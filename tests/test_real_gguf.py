@@ -3,12 +3,11 @@ by `mpskit export --gguf` and judged by llama.cpp itself (the xllamacpp wheel), 
 the random models: what it answers through the file's own chat template, what it computes against
 transformers, how it tokenizes; and a full disk under an export of its size."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_mpskit, shared_folder
+from conftest import run_mpskit, shared_folder, tmpfs
 from filelock import FileLock
 from gguf_checks import TEXTS, assert_agrees_as_f16, post
 from test_real import NEW_NAME, real_model, train  # noqa: F401 - real_model is the session's fixture
@@ -83,14 +82,8 @@ def test_llama_cpp_tokenizes_as_the_run_does(files, identity_run):
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 64 MB file system (tmpfs): the real model's f16 file (271 MB) does not fit."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs needs root")
-    try:
+    with tmpfs(tmp_path / "disk", "64m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def test_a_full_disk_mid_file_is_one_line_and_leaves_nothing(identity_run, small_disk):
