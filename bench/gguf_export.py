@@ -18,6 +18,10 @@ LLaMA-Factory's engine as `mpskit chat RUN` runs it (the adapter on the bf16 bas
 warm up, then the answer is timed: its tokens over its seconds, the prompt's processing included, as
 a user waits for it. Medians and spread, and the ratios to `mpskit chat`'s.
 
+The demo's ending (`make demo` after its three stages): the two `mpskit chat` answers of the real run
+alone, as the demo ended before, against its ending now (the two answers and the q8_0 export at once,
+then llama.cpp's answer), interleaved; the seconds each takes.
+
     python bench/gguf_export.py [--repeats 3] [--out bench/results/gguf.json]
     python scripts/docs_tables.py     (docs/gguf.md's table from those results)
 """
@@ -138,6 +142,29 @@ def random_model(out: Path) -> Path:
     return out
 
 
+def demo_endings(run: Path, work: Path, repeats: int) -> dict[str, list[float]]:
+    """The demo's ending before and with the GGUF step, timed round by round (mpskit/tools/demo.py's own
+    functions; the step's parallel layout is the demo's)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mpskit.tools.demo import CHAT_PROMPT, ask, gguf_file_of
+
+    seconds: dict[str, list[float]] = {"two chats": [], "two chats and the GGUF step": []}
+    for round_ in range(repeats):
+        started = time.perf_counter()
+        for base in (True, False):
+            ask(run, CHAT_PROMPT, work / f"chat-{round_}-{base}.log", base)
+        seconds["two chats"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        with ThreadPoolExecutor() as pool:
+            chats = [pool.submit(ask, run, CHAT_PROMPT, work / f"both-{round_}-{base}.log", base) for base in (1, 0)]
+            exported = pool.submit(gguf_file_of, run, work / f"demo-gguf-{round_}", work / f"export-{round_}.log")
+            [chat.result() for chat in chats]
+            ask(exported.result(), CHAT_PROMPT, work / f"gguf-{round_}.log", temperature=0)
+        seconds["two chats and the GGUF step"].append(time.perf_counter() - started)
+    return seconds
+
+
 def spread(values: list[float], digits: int = 2) -> str:
     return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
@@ -178,6 +205,7 @@ def main() -> int:
                 _, _, out = peak_of([sys.executable, "-c", script, str(target), ANSWER_PROMPT, str(NEW_TOKENS)])
                 rates[engine].append(json.loads(out.strip().splitlines()[-1])["per_s"])
         results["answers"] = rates
+        results["demo_ending_s"] = demo_endings(real, work, ns.repeats)
     report(results)
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     Path(ns.out).write_text(json.dumps(results, indent=2) + "\n")
@@ -209,6 +237,12 @@ def table(results: dict | None = None) -> str:
     for engine, values in rates.items():
         ratios = [value / reference for value, reference in zip(values, base, strict=True)]
         lines.append(f"| {engine} | {spread(values, 1)} | {spread(ratios, 1)}x |")
+    endings = results["demo_ending_s"]
+    added = [with_step - alone for alone, with_step in zip(endings["two chats"], endings["two chats and the GGUF step"],
+                                                            strict=True)]  # fmt: skip
+    lines += ["", "| `make demo`'s ending | seconds |", "|---|---|"]
+    lines += [f"| {name} | {spread(values, 1)} |" for name, values in endings.items()]
+    lines.append(f"| the GGUF step adds | {spread(added, 1)} |")
     return "\n".join(lines)
 
 
