@@ -13,6 +13,7 @@ import math
 import os
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,16 +129,19 @@ def run_demo(hardware: str | None = None) -> int:
     print(format_table(results))
     print(LEARNED)
     sft = next(result.run_dir for result in results if result.stage == "sft")
-    for base, when in ((True, "before SFT (the base model)"), (False, "after SFT")):
-        command = f"mpskit chat {os.path.relpath(sft)}{' --base' if base else ''} --prompt '{CHAT_PROMPT}'"
-        answer = ask(sft, CHAT_PROMPT, log_dir / f"chat{'-base' if base else ''}.log", base)
-        print(f"\nmpskit demo: {when}: {command}\n{answer}", flush=True)
-    print(f"\n(\"{CHAT_PROMPT}\" is held out: the identity set never asks it in those words.)")
-    gguf = gguf_file_of(sft, Path("output") / "demo-gguf" / log_dir.name, log_dir / "export.log")
+    with ThreadPoolExecutor() as pool:  # the two chats and the export at once: each is most of all imports
+        answers = {base: pool.submit(ask, sft, CHAT_PROMPT, log_dir / f"chat{'-base' if base else ''}.log", base)
+                   for base in (True, False)}  # fmt: skip
+        exported = pool.submit(gguf_file_of, sft, Path("output") / "demo-gguf" / log_dir.name, log_dir / "export.log")
+        for base, when in ((True, "before SFT (the base model)"), (False, "after SFT")):
+            command = f"mpskit chat {os.path.relpath(sft)}{' --base' if base else ''} --prompt '{CHAT_PROMPT}'"
+            print(f"\nmpskit demo: {when}: {command}\n{answers[base].result()}", flush=True)
+        print(f"\n(\"{CHAT_PROMPT}\" is held out: the identity set never asks it in those words.)")
+        gguf = exported.result()
     command = f"mpskit chat {os.path.relpath(gguf)} --prompt '{CHAT_PROMPT}' --temperature 0"
     answer = ask(gguf, CHAT_PROMPT, log_dir / "chat-gguf.log", temperature=0)
     print(f"\nmpskit demo: the SFT run as a {GGUF_TYPE} GGUF file, in llama.cpp: {command}\n{answer}", flush=True)
-    print(f"(Ollama: ollama create {gguf.name.split('.')[0]} -f {os.path.relpath(gguf.parent)}/Modelfile)")
+    print(f"(Ollama: ollama create {gguf.name.rsplit('.', 2)[0]} -f {os.path.relpath(gguf.parent)}/Modelfile)")
     print(f"mpskit demo: done in {time.perf_counter() - started:.0f} s")
     return 0
 
