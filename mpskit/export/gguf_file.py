@@ -119,7 +119,8 @@ def plan_tensors(shape: ModelShape, weights: dict[str, StoredTensor], adapter: L
         if name is None:
             continue
         changes = adapter is not None and hf_name in adapter.pairs
-        merged |= {hf_name} if changes else set()
+        if changes:
+            merged.add(hf_name)
         kind = tensor_type(name, stored.shape, weight_type)
         blocks = _blocks(stored, adapter if changes else None, hf_name, shape.reordered_heads(hf_name),
                          shape.head_dim, kind)  # fmt: skip
