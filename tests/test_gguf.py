@@ -73,8 +73,10 @@ def random_model(folder: Path, architecture: str, tokenizer_dir: Path, seed: int
 def export(model: Path, out: Path, file_type: str = "f16", adapter: Path | None = None) -> Path:
     """What `mpskit export --gguf` writes for a model folder (its own tokenizer and chat template)."""
     shape, tensors = plan_model(model, adapter, file_type)
-    tokenizer = json.loads((model / "tokenizer_config.json").read_text())
-    vocabulary = read_vocabulary(model, shape.vocab, tokenizer.get("chat_template") or "{{ messages }}", None)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    vocabulary = read_vocabulary(model, tokenizer, shape.vocab, tokenizer.chat_template or "{{ messages }}", None)
     write_gguf(out, model.name, shape, vocabulary, tensors, file_type)
     return out
 

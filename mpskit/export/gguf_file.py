@@ -64,11 +64,6 @@ def tensor_type(name: str, shape: tuple[int, ...], weights: Q) -> Q:
     return Q.F16 if shape[-1] % block else weights
 
 
-def stored_bytes(shape: tuple[int, ...], kind: Q) -> int:
-    block, size = GGML_QUANT_SIZES[kind]
-    return int(np.prod(shape)) // block * size
-
-
 @dataclass(frozen=True)
 class Planned:
     """One tensor of the file: its name, shape (as transformers stores it) and type, and its blocks."""
@@ -80,7 +75,8 @@ class Planned:
 
     @property
     def nbytes(self) -> int:
-        return stored_bytes(self.shape, self.kind)
+        block, size = GGML_QUANT_SIZES[self.kind]
+        return int(np.prod(self.shape)) // block * size
 
 
 class _Streamed:

@@ -7,8 +7,7 @@ its own SpecialVocab reads the merges and special tokens. The pre-tokenizer is c
 chooses it: the hash of a fixed text's token ids, looked up among the vocabularies llama.cpp knows.
 A vocabulary trained elsewhere (the tiny model's) has a hash nobody knows; its pre-tokenizer's own
 configuration then decides, where it is exactly one llama.cpp implements. Anything else is refused:
-a guessed name would tokenize differently from the model's training. Transformers' tokenizer loads
-inside the function; no torch.
+a guessed name would tokenize differently from the model's training. No torch.
 """
 
 from __future__ import annotations
@@ -74,17 +73,16 @@ class Vocabulary:
             writer.add_eot_token_id(self.end_of_turn)
 
 
-def read_vocabulary(folder: Path, vocab_size: int, chat_template: str, end_of_turn: str | None) -> Vocabulary:
-    """The tokenizer saved in FOLDER (beside the model's config.json), for a model of VOCAB_SIZE rows."""
-    from transformers import AutoTokenizer
-
+def read_vocabulary(folder: Path, tokenizer, vocab_size: int, chat_template: str,
+                    end_of_turn: str | None) -> Vocabulary:  # fmt: skip
+    """TOKENIZER (transformers') as saved in FOLDER beside the model's config.json, for a model of
+    VOCAB_SIZE rows."""
     described = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
     if not _byte_level(described):
         kind = (described.get("model") or {}).get("type", "unknown")
         raise MpskitError(f"{folder}: the GGUF export writes byte-level BPE vocabularies, not this {kind} one "
                           "(SentencePiece-style)", "export a Hugging Face folder instead (mpskit export without "
                           "--gguf)")  # fmt: skip
-    tokenizer = AutoTokenizer.from_pretrained(folder)
     tokens, types = _tokens(tokenizer, vocab_size)
     special = SpecialVocab(folder, load_merges=True, n_vocab=vocab_size)
     special.chat_template = chat_template  # the run's, not the one the tokenizer came with

@@ -80,7 +80,7 @@ def run_tokenizer(args: dict, folder: Path, config: Path, vocab_size: int) -> tu
             raise MpskitError(f"the run's template '{data_args.template}' has no chat template to write",
                               "give the run a template LLaMA-Factory renders as Jinja")  # fmt: skip
         end_of_turn = template.stop_words[0] if template.stop_words else None
-        vocabulary = read_vocabulary(folder, vocab_size, chat_template, end_of_turn)
+        vocabulary = read_vocabulary(folder, tokenizer, vocab_size, chat_template, end_of_turn)
         return vocabulary, template.get_ollama_modelfile(tokenizer) + "\n"
 
 

@@ -34,7 +34,7 @@ def _xllamacpp():
 
 
 @contextmanager
-def llama_server(model: Path, port: int = 0, alias: str | None = None) -> Iterator[object]:
+def llama_server(model: Path, port: int = 0) -> Iterator[object]:
     """llama.cpp's server for MODEL, listening on 127.0.0.1:PORT (0: a free port), stopped on leaving."""
     if not model.is_file():
         raise MpskitError(f"GGUF file {model} not found", "check the path; mpskit export RUN --gguf q8_0 writes one")
@@ -45,7 +45,7 @@ def llama_server(model: Path, port: int = 0, alias: str | None = None) -> Iterat
     params.use_jinja = True  # the file's own template, rendered as written (no guess by its shape)
     params.hostnames = ["127.0.0.1"]
     params.port = port
-    params.model_alias = {alias or model.stem}  # the model's name in /v1/models (a set of names)
+    params.model_alias = {model.stem}  # the model's name in /v1/models (a set of names)
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = os.cpu_count() or 1
     params.verbosity = 3 if is_verbose() else 0  # llama.cpp's own lines: with -v
     try:
