@@ -54,6 +54,14 @@ def cannot_write(path: Path, err: OSError, what: str) -> MpskitError:
     return MpskitError(f"cannot write {path}: {reason}", fix.format(what=what))
 
 
+def disk_full(err: BaseException) -> bool:
+    """ENOSPC as Python raises it, or as torch.save and safetensors report it in their own errors."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    text = str(err)
+    return any(sign in text for sign in ("No space left on device", "code: 28", "file write failed"))
+
+
 def check_output_path(path: Path, what: str) -> None:
     """Before any writer writes PATH (a file or a folder; WHAT names the option for the fix): no link
     at PATH, every name in it within the file system's NAME_MAX and the whole within PATH_MAX, the

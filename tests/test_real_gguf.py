@@ -1,7 +1,7 @@
 """The real model where people chat: the demo's identity SFT run (SmolLM2-135M-Instruct, 40 steps) exported
 by `mpskit export --gguf` and judged by llama.cpp itself (the xllamacpp wheel), as test_gguf.py judges
 the random models: what it answers through the file's own chat template, what it computes against
-transformers, how it tokenizes; and a full disk under an export of its size."""
+transformers, how it tokenizes; and a full disk under an export of its size (GGUF and safetensors)."""
 
 from pathlib import Path
 
@@ -86,9 +86,11 @@ def small_disk(tmp_path):
         yield disk
 
 
-def test_a_full_disk_mid_file_is_one_line_and_leaves_nothing(identity_run, small_disk):
-    out = small_disk / "gguf"
-    result = run_mpskit("export", str(identity_run), "--gguf", "f16", "-o", str(out))
+@pytest.mark.parametrize("flags", [["--gguf", "f16"], []], ids=["gguf", "safetensors"])
+def test_a_full_disk_mid_file_is_one_line_and_leaves_nothing(identity_run, small_disk, flags):
+    """Also the Hugging Face export, where safetensors reports the full disk in its own error."""
+    out = small_disk / "model"
+    result = run_mpskit("export", str(identity_run), *flags, "-o", str(out))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [f"mpskit: error: cannot write {out}: its disk is full; free some space, "
                                           "or give -o a path on another disk"]  # fmt: skip

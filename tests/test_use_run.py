@@ -258,27 +258,29 @@ def test_a_merged_model_moves_into_an_empty_folder_on_its_own_file_system_config
     from mpskit.errors import MpskitError
 
     out = tmp_path / "disk"
-    partial = out / ".disk.partial-1"
-    partial.mkdir(parents=True)
+    out.mkdir()
+    partial, made = output_folder.make_partial(out, "disk")
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         (partial / name).write_text(name)
     moved = []
     rename = lambda src, dst: moved.append(Path(dst).name) or os.replace(src, dst)  # noqa: E731
     monkeypatch.setattr(output_folder.os, "rename", rename)
-    output_folder.move_into_place(partial, out)
+    output_folder.move_into_place(partial, out, made)
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
     assert moved[-1] == "config.json" and all(Path(p).parent == out for p in out.iterdir())
     taken = tmp_path / "taken"
-    (taken / ".taken.partial-2").mkdir(parents=True)
+    taken.mkdir()
     (taken / "config.json").write_text("another export's")
+    partial, made = output_folder.make_partial(taken, "taken")
     with pytest.raises(MpskitError, match="written by another process meanwhile"):
-        output_folder.move_into_place(taken / ".taken.partial-2", taken)
-    beside, full = tmp_path / ".full.partial-3", tmp_path / "full"
+        output_folder.move_into_place(partial, taken, made)
+    beside, made = output_folder.make_partial(tmp_path, "full")
+    full = tmp_path / "full"
     for folder in (beside, full):
-        folder.mkdir()
+        folder.mkdir(exist_ok=True)
         (folder / "config.json").write_text(folder.name)
     with pytest.raises(MpskitError, match="written by another process meanwhile"):  # made and filled meanwhile
-        output_folder.move_into_place(beside, full)
+        output_folder.move_into_place(beside, full, made)
     assert (full / "config.json").read_text() == "full"
 
 

@@ -12,7 +12,6 @@ it ends, is recorded in mpskit.json.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import itertools
 import json
 import os
@@ -23,7 +22,7 @@ from typing import NoReturn
 
 from mpskit.engine import lf
 from mpskit.errors import Interrupted, MpskitError, NextRung, RunFailed
-from mpskit.files import set_aside, write_atomic
+from mpskit.files import disk_full, set_aside, write_atomic
 from mpskit.machine.launch import inside_launch, rank
 from mpskit.plan.duration import steady_step_s
 from mpskit.run.boundary import keep_traceback, one_line
@@ -225,14 +224,6 @@ def _newest_checkpoint(run: RunDir) -> str:
     """Looked up only where a line names it: the look-up sets incomplete checkpoints aside."""
     newest = run.last_checkpoint()
     return f"the newest complete checkpoint is {newest.name if newest else 'none'}"
-
-
-def disk_full(err: BaseException) -> bool:
-    """ENOSPC as Python raises it, or as torch.save and safetensors report it in their own errors."""
-    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-        return True
-    text = str(err)
-    return any(sign in text for sign in ("No space left on device", "code: 28", "file write failed"))
 
 
 def _command_that_fits(run: RunDir, args: dict, effective: int) -> str:

@@ -44,13 +44,12 @@ def file_name(name: str, file_type: str) -> str:
 
 
 def _write_run(run: RunDir, folder: Path, name: str, file_type: str, base: bool = False) -> None:
-    """FOLDER (made here): the run's GGUF file and its Modelfile, the run locked meanwhile."""
+    """FOLDER (empty): the run's GGUF file and its Modelfile, the run locked meanwhile."""
     with run.locked("mpskit export"):
         args = inference_args(run, quantized=False, base=base)
         full = full_model(run) and not base
         model = Path(args["model_name_or_path"]) if full else local_base(str(args["model_name_or_path"]))
         shape, tensors = plan_model(model, None if full or base else run.path, file_type)
-        folder.mkdir()
         tokenizer = folder / ".tokenizer"
         vocabulary, modelfile = run_tokenizer(args, tokenizer, model / "config.json", shape.vocab)
         write_gguf(folder / file_name(name, file_type), name, shape, vocabulary, tensors, file_type)

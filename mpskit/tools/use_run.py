@@ -156,7 +156,6 @@ def _merge_by_shard(args: dict, out: Path) -> None:
     model_args, data_args, _, _ = get_infer_args(args)
     tokenizer = load_tokenizer(model_args)["tokenizer"]
     get_template_and_fix_tokenizer(tokenizer, data_args)
-    out.mkdir()
     merge_by_shard(local_base(str(args["model_name_or_path"])), Path(args["adapter_name_or_path"]), out)
     tokenizer.padding_side = "left"  # as LLaMA-Factory's export leaves it, for generation
     tokenizer.init_kwargs["padding_side"] = "left"
