@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from mpskit import __version__
 from mpskit.errors import Interrupted, MpskitError, NextRung
-from mpskit.run.quiet import VERBOSE_VARIABLE
+from mpskit.run.quiet import VERBOSE_VARIABLE, keep_running_without_a_screen
 from mpskit.run.signals import STOP_SIGNALS
 from mpskit.self_command import mpskit_command
 from mpskit.temporary import install_sigterm_exit
@@ -96,6 +96,7 @@ def cmd_plan(words: list[str]) -> int:
 
 
 def cmd_train(words: list[str]) -> int:
+    keep_running_without_a_screen()
     if "--resume" in words:
         from mpskit.recipes.train import resume
 
@@ -120,6 +121,7 @@ def cmd_rank(ns: argparse.Namespace) -> int:
     from mpskit.recipes.train import continue_run
     from mpskit.rundir.folder import RunDir
 
+    keep_running_without_a_screen()
     continue_run(RunDir.open(ns.run_dir))
     return 0
 

@@ -31,6 +31,17 @@ class Interrupted(Exception):
         self.checkpoint = checkpoint
 
 
+class SignalExit(SystemExit):
+    """SIGTERM or SIGHUP outside a training attempt's guard: an exit that unwinds (temporary.py), with
+    the signal's name, so that a run folder made before the guard can record the stop."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(128 + signum)
+        self.signal_name = signal.Signals(signum).name
+
+
 class NextRung(Exception):  # noqa: N818 - a hand-over, not an error
     """An out-of-memory rung is recorded; the run goes on in a fresh process (the command line execs
     `mpskit train --resume RUN`), which starts with the device and the heap whole."""

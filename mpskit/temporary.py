@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import NoReturn
 
+from mpskit.errors import SignalExit
+
 
 def private_folder(prefix: str, keep: bool = False) -> Path:
     """A new folder only this user can enter; removed at exit unless KEEP (what a command hands on)."""
@@ -27,7 +29,7 @@ def private_folder(prefix: str, keep: bool = False) -> Path:
 
 def exit_on_sigterm(signum: int, frame: object) -> NoReturn:
     """SIGTERM as an exit that unwinds: `finally` blocks and the removals above run, children are killed."""
-    raise SystemExit(128 + signum)
+    raise SignalExit(signum)
 
 
 def install_sigterm_exit() -> None:

@@ -73,10 +73,10 @@ def test_full_disk_stops_keeps_the_last_checkpoint_and_resume_finishes_the_same_
     )
 
 
-def start(tmp_path: Path, tiny_model: Path, name: str, steps: int) -> subprocess.Popen:
+def start(tmp_path: Path, tiny_model: Path, name: str, steps: int, env: dict | None = None) -> subprocess.Popen:
     command = [sys.executable, "-m", "mpskit.cli", "train", "preset=sft", f"model_name_or_path={tiny_model}", *SHORT,
                f"max_steps={steps}", f"run_name={name}"]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
     )
@@ -314,3 +314,38 @@ def test_the_out_of_memory_re_exec_imports_what_the_first_process_did_and_keeps_
     resumed = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert record(run_dir)["attempts"][-1]["outcome"] == "finished"
+
+
+def test_sighup_right_after_the_run_folder_is_made_is_recorded_and_the_resume_line_finishes_it(tmp_path, tiny_model):
+    """The moment between the folder's creation and the attempt's own guard (plugins/faults.py)."""
+    child = start(tmp_path, tiny_model, "window", steps=2, env={"MPSKIT_FAKE_SIGNAL_AFTER_RUN_FOLDER": "SIGHUP"})
+    _, stderr = child.communicate(timeout=300)
+    assert child.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    [run_dir] = [path.parent for path in (tmp_path / "output" / "window").glob("*/mpskit.json")]
+    assert record(run_dir)["attempts"] == [
+        {**record(run_dir)["attempts"][0], "attempt": 1, "outcome": "stopped by SIGHUP before training began"}
+    ]
+    resume_line = stderr.splitlines()[-1]
+    assert resume_line.endswith(f"start it again with: mpskit train --resume {run_dir.relative_to(tmp_path)}")
+    resumed = run_mpskit(*resume_line.split(": mpskit ", 1)[1].split(), cwd=tmp_path)
+    assert resumed.returncode == 0 and record(run_dir)["attempts"][-1]["outcome"] == "finished", resumed.stderr[-3000:]
+
+
+def test_sigterm_as_the_summary_ends_only_notes_itself(tmp_path, tiny_model):
+    child = start(tmp_path, tiny_model, "ending", steps=2, env={"MPSKIT_FAKE_SIGNAL_AFTER_SUMMARY": "SIGTERM"})
+    _, stderr = child.communicate(timeout=300)
+    assert child.returncode == 0 and "Traceback" not in stderr and "Exception ignored" not in stderr, stderr[-3000:]
+    assert "mpskit: SIGTERM came as the run's end was recorded; it ends as recorded" in stderr
+    assert record(run_dir_of(tmp_path, "ending"))["attempts"][-1]["outcome"] == "finished"
+
+
+def test_a_reader_that_stops_reading_does_not_end_the_run(tmp_path, tiny_model):
+    """The progress lines go to a pipe whose reader closes it after the first one (EPIPE from then on)."""
+    child = start(tmp_path, tiny_model, "unread", steps=6)
+    while not child.stderr.readline().startswith("mpskit: step"):
+        pass
+    child.stderr.close()
+    assert child.wait(timeout=300) == 0
+    run_dir = run_dir_of(tmp_path, "unread")
+    assert record(run_dir)["attempts"][-1]["outcome"] == "finished"
+    assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 6

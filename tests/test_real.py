@@ -130,3 +130,40 @@ def test_the_demo_teaches_the_real_model_and_says_what_changed(tmp_path, real_mo
     assert NEW_NAME in answer(sft_run)
     [in_llama_cpp] = re.findall(r"^mpskit demo: the SFT run as a q8_0 GGUF file, in llama.cpp: .*\n(.*)$", out, re.M)
     assert NEW_NAME in in_llama_cpp and len(list((tmp_path / "output" / "demo-gguf").glob("*/*.q8_0.gguf"))) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["Ctrl-C to its process group", "SIGTERM to the demo"])
+def test_a_demo_stopped_at_a_step_saves_records_and_its_resume_line_finishes_the_stage(tmp_path, real_model, stop):
+    """The demo passes the signal on to its training child, reads on until the child has saved and
+    recorded its stop, and ends with the child's resume line (it used to exit at once, and the child
+    died of a broken pipe with no checkpoint)."""
+    import os
+    import signal
+
+    mine = tmp_path / "output" / "notes.txt"
+    mine.parent.mkdir()
+    mine.write_text("the user's own")
+    demo = subprocess.Popen([sys.executable, "-m", "mpskit.cli", "demo"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    lines = []
+    while "mpskit: step 35/40" not in (line := demo.stdout.readline()):
+        assert line, "".join(lines)[-3000:]
+        lines.append(line)
+    if stop.startswith("Ctrl-C"):
+        os.killpg(demo.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    else:
+        demo.send_signal(signal.SIGTERM)
+    out = "".join(lines) + demo.stdout.read()
+    assert demo.wait(timeout=300) == 130, out[-3000:]
+    assert "Traceback" not in out and "BrokenPipeError" not in out, out[-3000:]
+    [resume] = re.findall(r"resume with: (mpskit train --resume \S+)$", out, re.M)
+    run_dir = tmp_path / resume.split()[-1]
+    attempt = json.loads((run_dir / "mpskit.json").read_text())["attempts"][-1]
+    assert attempt["outcome"] == f"stopped by {'SIGINT' if stop.startswith('Ctrl-C') else 'SIGTERM'}"
+    assert [path.name for path in run_dir.glob("checkpoint-*")] in (["checkpoint-35"], ["checkpoint-36"])
+    assert not (run_dir / ".mpskit.lock").exists()  # the child has ended: the demo waited for it
+    resumed = run_mpskit(*resume.split()[1:], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 40
+    assert mine.read_text() == "the user's own"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from mpskit.datasets.plain_data import dataset_info_text, moved_to, row_counts
 from mpskit.engine import lf
 from mpskit.engine.bends import hide_accelerators
 from mpskit.engine.environment import enter_run_environment
-from mpskit.errors import MpskitError, NextRung
+from mpskit.errors import Interrupted, MpskitError, NextRung, SignalExit
 from mpskit.machine.hardware import detect, installed_version
 from mpskit.machine.launch import inside_launch, launch
 from mpskit.machine.mps_env import env_values
@@ -30,6 +31,7 @@ from mpskit.recipes.checks import check_device, check_disk, check_packages, chec
 from mpskit.run.attempts import run_attempts
 from mpskit.run.awake import kept_awake
 from mpskit.run.quiet import log_lines
+from mpskit.run.signals import STOP_SIGNALS
 from mpskit.run.summary import summary_lines
 from mpskit.rundir.checkpoints import checkpoints
 from mpskit.rundir.folder import (
@@ -152,11 +154,35 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
         hide_accelerators()
     check_with_engine(run.args)
     ladder = ladder_for(run)
-    run_dir = write_run_dir(run, env, command or sys.argv, memory_plan, ladder)
-    print(f"mpskit: run directory {run_dir.path}", file=sys.stderr)
-    for note in memory_plan.changes if memory_plan else []:
-        print(f"mpskit: planner: {note}", file=sys.stderr)
-    return continue_run(run_dir)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # one that comes meanwhile waits for _stop_recorded
+    try:
+        run_dir = write_run_dir(run, env, command or sys.argv, memory_plan, ladder)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        raise
+    with _stop_recorded(run_dir):
+        print(f"mpskit: run directory {run_dir.path}", file=sys.stderr)
+        for note in memory_plan.changes if memory_plan else []:
+            print(f"mpskit: planner: {note}", file=sys.stderr)
+        return continue_run(run_dir)
+
+
+@contextlib.contextmanager
+def _stop_recorded(run: RunDir) -> Iterator[None]:
+    """A signal from the moment the run folder exists (blocked until here) to the moment its attempt's
+    own guard records it (the command line's SIGTERM/SIGHUP exit, Ctrl-C): recorded as an attempt
+    stopped before training began, so the record says what happened and --resume starts it."""
+    attempts = len(run.record.attempts)
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        yield
+    except (SignalExit, KeyboardInterrupt) as stop:
+        now = RunDir.open(run.path)
+        if len(now.record.attempts) != attempts:  # the attempt recorded its own end
+            raise
+        name = stop.signal_name if isinstance(stop, SignalExit) else "SIGINT"
+        now.add_attempt(Attempt(attempts + 1, outcome=f"stopped by {name} before training began"))
+        raise Interrupted(run.path, None) from None
 
 
 def _launch(run_dir: Path, processes: tuple[int, int]) -> Path:

@@ -97,8 +97,8 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
     attempt = Attempt(number, to_args(before, effective), checkpoint.name if checkpoint else None)
     predicted = attempt.predicted_gb = run.record.memory.predicted_training_gb
     guard, monitor = SignalGuard(), None
-    try:
-        with guard:
+    with guard:  # to the end of the record: a signal while it is written only notes itself (signals.py)
+        try:
             lf.import_engine()  # torch, transformers, LLaMA-Factory: slow the first time
             from mpskit.run.callbacks import OnTrainBegin, StopOnDivergence, StopOnSignal
             from mpskit.run.monitor import MemoryMonitor
@@ -112,27 +112,30 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                 started = OnTrainBegin(lambda: _point_latest(run))
                 callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started]
                 lean_paths = lf.run(RunSpec.of(attempt_args), callbacks=callbacks)  # what each lean path did
-    except Stopped as stop:
-        attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
-        _record_attempt(run, _with_measured(attempt, monitor))
-        raise Interrupted(run.path, run.last_checkpoint()) from None
-    except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
-        oom = recognise(err)
-        if oom is None:
-            began = monitor is not None and len(monitor.step_ends) > 1  # a step ended (after train begin)
-            _fail(run, _with_measured(attempt, monitor), err, args, began)
-    else:
-        attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
-        attempt.lean_logits, attempt.lean_attention = lean_paths
-        if rank() == 0:
-            _plot(run)
-        _record_attempt(run, _with_measured(attempt, monitor))
-        if guard.signal_name:
-            raise Interrupted(run.path, run.last_checkpoint())
-        rungs = [entry.next_rung for entry in run.record.attempts if entry.next_rung]
-        if rungs:
-            print(f"mpskit: finished; out of memory changed: {'; '.join(rungs)}", file=sys.stderr)
-        return run.path
+        except Stopped as stop:
+            guard.ending = True
+            attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
+            _record_attempt(run, _with_measured(attempt, monitor))
+            raise Interrupted(run.path, run.last_checkpoint()) from None
+        except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
+            oom = recognise(err)
+            if oom is None:
+                guard.ending = True
+                began = monitor is not None and len(monitor.step_ends) > 1  # a step ended (after train begin)
+                _fail(run, _with_measured(attempt, monitor), err, args, began)
+        else:
+            guard.ending = True
+            attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
+            attempt.lean_logits, attempt.lean_attention = lean_paths
+            if rank() == 0:
+                _plot(run)
+            _record_attempt(run, _with_measured(attempt, monitor))
+            if guard.signal_name:
+                raise Interrupted(run.path, run.last_checkpoint())
+            rungs = [entry.next_rung for entry in run.record.attempts if entry.next_rung]
+            if rungs:
+                print(f"mpskit: finished; out of memory changed: {'; '.join(rungs)}", file=sys.stderr)
+            return run.path
 
     print(_oom_block(oom, predicted, number, run.step_reached()), file=sys.stderr)
     rung = next_rung(before, effective, set(ladder.free), ladder.cutoff_floor)

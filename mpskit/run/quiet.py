@@ -59,6 +59,50 @@ class _Tee(io.TextIOBase):
             stream.flush()
 
 
+class _Screen(io.TextIOBase):
+    """A training process's stdout or stderr: once its reader has gone (EPIPE: a closed pipe, a parent
+    that stopped reading; EIO: a closed terminal), what follows goes to os.devnull and the run goes on.
+    A progress or signal line that cannot be shown never ends a run; train.log still has it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            self.stream.write(text)
+        except OSError:
+            self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError:
+            self._gone()
+
+    def _gone(self) -> None:
+        """Its descriptor points at os.devnull from now on: the text left in the buffer and every later
+        write (the interpreter's own at exit too) go there."""
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())
+        os.close(devnull)
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    @property
+    def encoding(self) -> str:
+        return self.stream.encoding
+
+
+def keep_running_without_a_screen() -> None:
+    """From now on a reader that goes away cannot end this process (see _Screen)."""
+    sys.stdout, sys.stderr = _Screen(sys.stdout), _Screen(sys.stderr)
+
+
 class _LogFileHandler(logging.StreamHandler):
     """train.log's handler: a line it cannot write (a full disk) is lost quietly, where logging would
     print a traceback; the run itself stops with the disk's own one-line error."""

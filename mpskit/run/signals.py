@@ -4,7 +4,10 @@ guard is in place before torch, transformers and LLaMA-Factory load, so a signal
 While training, the first signal asks for a checkpoint at the end of the current step and a stop
 (callbacks.StopOnSignal carries that to the trainer). Before training begins (the imports, the model
 loading: nothing to save), after it, or a second time, the signal stops the attempt at once by
-raising Stopped; a save it cuts off stays in .saving/ and is never taken for a checkpoint.
+raising Stopped; a save it cuts off stays in .saving/ and is never taken for a checkpoint. Once the
+attempt's end is being recorded (finished, stopped or failed), a signal only notes itself, to the end
+of the process: the record says what happened, and an exit raised inside a library's finalizer would
+only print a traceback.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class SignalGuard:
     def __init__(self) -> None:
         self.signal_name: str | None = None
         self.phase = "before training began"
+        self.ending = False  # the attempt's end is being recorded: signals only note themselves from then on
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> SignalGuard:
@@ -42,13 +46,21 @@ class SignalGuard:
 
     def __exit__(self, *exc) -> None:
         for number, handler in self._previous.items():
-            signal.signal(number, handler)
+            signal.signal(number, note_only if self.ending else handler)
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
+        if self.ending:
+            note_only(signum, frame)
+            return
         if self.phase != "training":
             raise Stopped(name, self.phase)
         if self.signal_name:
             raise Stopped(name, "a second time, while stopping")
         self.signal_name = name
         print(f"\nmpskit: {name}: saving a checkpoint at the end of this step (again: stop at once)", file=sys.stderr)
+
+
+def note_only(signum, frame) -> None:
+    name = signal.Signals(signum).name
+    print(f"mpskit: {name} came as the run's end was recorded; it ends as recorded", file=sys.stderr)

@@ -9,10 +9,13 @@ again as a q8_0 GGUF file through llama.cpp, the file Ollama and LM Studio run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ from mpskit.errors import MpskitError
 from mpskit.files import make_new_folder
 from mpskit.presets import demo_data_dir, fetched_model
 from mpskit.run.quiet import is_verbose
+from mpskit.run.signals import STOP_SIGNALS
 from mpskit.rundir.folder import RunDir
 from mpskit.self_command import mpskit_command
 
@@ -37,6 +41,8 @@ STAGE_WORDS = {
 }
 CHAT_PROMPT = "Who are you?"  # a held-out question (identity_eval.json)
 GGUF_TYPE = "q8_0"  # the SFT run's file for llama.cpp, at the end
+RUN_DIR_LINE = "mpskit: run directory "  # where each stage's child says which run folder is its own
+INTERRUPTED = 130  # a stage's exit code when a signal stopped it (and the demo's then)
 NEXT_COMMANDS = ("mpskit: next:", "mpskit:      ")  # each stage's summary, but the commands: chat comes last
 # What each stage's held-out evaluation is judged by, and its name in the table: SFT the answers' loss;
 # DPO and fooDPO the log-ratio gap (the reward margin with beta factored out: their betas differ) and
@@ -82,21 +88,45 @@ def summarise(stage: str, run_dir: Path, wall_s: float) -> StageResult:
 
 
 def run_stage(stage: str, hardware: str | None, log_path: Path) -> StageResult:
-    """One `mpskit train` child: its mpskit lines (progress, summary) on screen, everything in log_path."""
+    """One `mpskit train` child: its mpskit lines (progress, summary) on screen, everything in log_path.
+    The child has its own process group, so that a signal reaches it once: the demo passes on each
+    one it gets (Ctrl-C, SIGTERM, SIGHUP) and reads on until the child has saved and recorded its stop."""
     command = mpskit_command("train", *stage_words(stage), f"run_name=demo-{stage}")
     if hardware:
         command += ["--hardware", hardware]
-    start = time.perf_counter()
+    start, run_dir = time.perf_counter(), None
     with open(log_path, "w") as log:
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in child.stdout:
-            log.write(line)
-            if (line.startswith("mpskit:") and not line.startswith(NEXT_COMMANDS)) or is_verbose():
-                print(f"  {line}", end="", flush=True)
-    if child.wait() != 0:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 process_group=0)  # fmt: skip
+        with _passed_on(child):
+            for line in child.stdout:
+                log.write(line)
+                if line.startswith(RUN_DIR_LINE):
+                    run_dir = Path(line[len(RUN_DIR_LINE) :].strip())
+                if (line.startswith("mpskit:") and not line.startswith(NEXT_COMMANDS)) or is_verbose():
+                    print(f"  {line}", end="", flush=True)
+            code = child.wait()
+    if code == INTERRUPTED:
+        raise DemoStopped(stage)
+    if code != 0 or run_dir is None:
         raise MpskitError(f"demo stage {stage} failed", f"see {log_path}")
-    run_dir = Path("output") / f"demo-{stage}" / "latest"
     return summarise(stage, run_dir.resolve(), time.perf_counter() - start)
+
+
+class DemoStopped(Exception):  # noqa: N818 - a stop the user asked for
+    """A stage stopped by a signal; its own lines said where it stopped and how to resume it."""
+
+
+@contextlib.contextmanager
+def _passed_on(child: subprocess.Popen) -> Iterator[None]:
+    """Within: each stop signal the demo gets goes to CHILD instead."""
+    previous = {number: signal.signal(number, lambda number, frame: child.send_signal(number))
+                for number in STOP_SIGNALS}  # fmt: skip
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def format_table(results: list[StageResult]) -> str:
@@ -124,7 +154,11 @@ def run_demo(hardware: str | None = None) -> int:
     for number, stage in enumerate(STAGES, 1):
         log_path = log_dir / f"{stage}.log"
         print(f"mpskit demo: {number}/{len(STAGES)} training {stage} (full log: {log_path})", flush=True)
-        results.append(run_stage(stage, hardware, log_path))
+        try:
+            results.append(run_stage(stage, hardware, log_path))
+        except DemoStopped:
+            print(f"mpskit demo: stopped in stage {stage}; resume it with the command above", flush=True)
+            return INTERRUPTED
     print()
     print(format_table(results))
     print(LEARNED)

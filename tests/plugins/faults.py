@@ -13,7 +13,10 @@ it in its server), and so does the test process itself (conftest.py).
 - MPSKIT_FAKE_KILL_BEFORE_MOVE=1: SIGKILL once a folder a command fills (export, tiny-model, get-model)
   is whole under its hidden name, before it moves into place (output_folder.move_into_place);
 - MPSKIT_FAKE_KILL_IN_GGUF=N: SIGKILL once N tensors of a GGUF file are written, mid-file (read as the
-  interpreter starts: the writer is imported only then).
+  interpreter starts: the writer is imported only then);
+- MPSKIT_FAKE_SIGNAL_AFTER_RUN_FOLDER=SIGHUP (or another): that signal as soon as `mpskit train` has
+  written its run folder, before the attempt's guard (read as the interpreter starts);
+- MPSKIT_FAKE_SIGNAL_AFTER_SUMMARY=SIGTERM: that signal once the run's summary is printed.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ FULL_DISK_VARIABLE = "MPSKIT_FAKE_FULL_DISK_AT_STEP"
 KILL_VARIABLE = "MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP"
 MOVE_KILL_VARIABLE = "MPSKIT_FAKE_KILL_BEFORE_MOVE"
 GGUF_KILL_VARIABLE = "MPSKIT_FAKE_KILL_IN_GGUF"
+SIGNAL_AFTER_FOLDER_VARIABLE = "MPSKIT_FAKE_SIGNAL_AFTER_RUN_FOLDER"
+SIGNAL_AFTER_SUMMARY_VARIABLE = "MPSKIT_FAKE_SIGNAL_AFTER_SUMMARY"
 
 
 def synthetic_error(step: int) -> RuntimeError:
@@ -111,14 +116,18 @@ def install() -> None:
 
     plain_move = output_folder.move_into_place
 
-    def move_or_die(partial, out) -> None:  # the environment is read when it runs: warm children set it late
+    def move_or_die(*args) -> None:  # the environment is read when it runs: warm children set it late
         if os.environ.get(MOVE_KILL_VARIABLE):
             os.kill(os.getpid(), signal.SIGKILL)
-        plain_move(partial, out)
+        plain_move(*args)
 
     output_folder.move_into_place = move_or_die
 
-    if not os.environ.get(GGUF_KILL_VARIABLE):  # asked for at the start: the test starts its own interpreter
+    if os.environ.get(SIGNAL_AFTER_FOLDER_VARIABLE):  # asked for at the start: the test starts its own interpreter
+        _signal_after_the_run_folder(getattr(signal, os.environ[SIGNAL_AFTER_FOLDER_VARIABLE]))
+    if os.environ.get(SIGNAL_AFTER_SUMMARY_VARIABLE):
+        _signal_after_the_summary(getattr(signal, os.environ[SIGNAL_AFTER_SUMMARY_VARIABLE]))
+    if not os.environ.get(GGUF_KILL_VARIABLE):
         return
     from mpskit.export import gguf_file
 
@@ -133,6 +142,33 @@ def install() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     gguf_file._Streamed.tofile = tofile_or_die
+
+
+def _signal_after_the_run_folder(number: int) -> None:
+    """NUMBER to this process as soon as `mpskit train` has written its run folder, before the attempt."""
+    from mpskit.recipes import train
+
+    plain = train.write_run_dir
+
+    def write_then_signal(*args, **kwargs):
+        made = plain(*args, **kwargs)
+        os.kill(os.getpid(), number)
+        return made
+
+    train.write_run_dir = write_then_signal
+
+
+def _signal_after_the_summary(number: int) -> None:
+    """NUMBER to this process once the run's summary is printed, as the process ends."""
+    from mpskit.recipes import train
+
+    plain = train._print_summary
+
+    def print_then_signal(path) -> None:
+        plain(path)
+        os.kill(os.getpid(), number)
+
+    train._print_summary = print_then_signal
 
 
 install()
