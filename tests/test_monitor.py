@@ -3,8 +3,15 @@ a step's end (eval_strategy=steps), an epoch's end (eval_strategy=epoch, the sta
 end of training (LLaMA-Factory's do_eval). Otherwise an evaluation is measured on top of the heap the
 training steps left, and holds it."""
 
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+from conftest import ROOT
 from transformers import TrainerControl
 
 from mpskit.run import monitor
@@ -28,3 +35,43 @@ def test_the_heap_is_handed_back_before_every_evaluation_and_only_then(monkeypat
         assert len(trims) == 3
     finally:
         watch.stop()
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not Path("/usr/bin/time").is_file() or sys.platform != "linux", reason="GNU time (Linux)")
+def test_gnu_time_sees_a_peak_at_least_the_records(tmp_path, tiny_model):
+    """The kernel's high-water mark is every outside tool's figure (GNU time, getrusage, a scheduler):
+    the monitor never resets it, so the whole process's peak as they read it is at least the peak the
+    run recorded (which leaves out the shared libraries' pages)."""
+    command = ["/usr/bin/time", "-v", sys.executable, "-m", "mpskit.cli", "train", "preset=sft",
+               f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "max_steps=2", "eval_steps=1",
+               "run_name=timed", "--hardware", "cpu"]  # fmt: skip
+    timed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert timed.returncode == 0, timed.stderr[-3000:]
+    [kib] = re.findall(r"Maximum resident set size \(kbytes\): (\d+)", timed.stderr)
+    record = json.loads(next((tmp_path / "output" / "timed").glob("*/mpskit.json")).read_text())
+    measured = record["memory"]["measured"]
+    assert measured["eval_gb"] is not None and measured["step_gb"] is not None
+    assert int(kib) * 1024 >= measured["peak_gb"] * monitor.GB * 0.999
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="Linux's VmHWM")
+def test_the_monitor_leaves_the_kernels_high_water_mark_alone():
+    """A peak that came and went before the marks (a model loading, say) stays in VmHWM through every
+    mark the monitor makes: it used to reset it (clear_refs), and outside tools then read only the
+    last stretch."""
+    ballast = bytearray(512 * 1024**2)
+    ballast[:: 4096] = b"x" * len(ballast[:: 4096])  # every page touched: resident
+    with_ballast = monitor._max_rss_bytes()
+    del ballast
+    watch = monitor.MemoryMonitor("cpu")
+    args, state = SimpleNamespace(eval_on_start=True), SimpleNamespace()
+    try:
+        watch.on_train_begin(args, state, TrainerControl())
+        watch.on_step_end(args, state, TrainerControl(should_evaluate=True))
+        watch.on_evaluate(args, state, TrainerControl())
+        watch.on_train_end(args, state, TrainerControl())
+    finally:
+        measured = watch.stop()
+    assert monitor._max_rss_bytes() >= 0.99 * with_ballast  # the kernel counts RSS per thread, to some pages
+    assert measured.step_gb is not None and measured.eval_gb is not None

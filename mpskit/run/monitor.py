@@ -7,8 +7,11 @@ shared libraries faulted in after the baseline (`library_growth`). The baseline 
 taken when the monitor is made, after the framework is imported and before the model loads, so
 `training` is what the run itself adds; `loaded` is what the model added before the first step, and
 `loading_peak` the highest it went until then. The peaks of training steps and of held-out evaluations
-are kept apart: the device's high-water mark is read and reset when training begins, at each step's
-end and after each evaluation, so each stretch has its own (MPS: the samples of the stretch). It also
+are kept apart, in stretches that end when training begins, at each step's end and after each
+evaluation. CUDA's counter is mpskit's own to reset at each mark. The kernel's high-water mark is not:
+GNU time, getrusage and a scheduler read it for the whole process. So on the CPU a stretch's peak is the
+highest of its samples, or the high-water mark itself where it rose within the stretch (MPS: the
+samples). It also
 keeps each optimizer step's wall time, for throughput, and when training began and each evaluation
 ran, for memory.png's phases.
 """
@@ -64,31 +67,18 @@ def library_growth() -> Callable[[], int]:
     return lambda: max(0, _library_bytes(process) - at_start)
 
 
-def _reset_max_rss() -> bool:
-    """Linux: the kernel's high-water mark starts again from the RSS now (clear_refs 5); False elsewhere."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
-            clear.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def memory_reader(device: str):
-    """(read current bytes, read peak-so-far bytes or None, read bytes not to count, reset the peak: True
-    where it did) for the device."""
+    """(read current bytes, read peak-so-far bytes or None, read bytes not to count, reset the peak or
+    None: a counter that is not mpskit's to reset) for the device."""
     import torch
 
     if device == "cuda":
-        def reset_cuda() -> bool:
-            torch.cuda.reset_peak_memory_stats()
-            return True
-
-        return torch.cuda.memory_allocated, torch.cuda.max_memory_allocated, lambda: 0, reset_cuda
+        cuda = torch.cuda
+        return cuda.memory_allocated, cuda.max_memory_allocated, lambda: 0, cuda.reset_peak_memory_stats
     if device == "mps":
-        return torch.mps.driver_allocated_memory, None, lambda: 0, lambda: False
+        return torch.mps.driver_allocated_memory, None, lambda: 0, None
     process = psutil.Process()
-    return (lambda: process.memory_info().rss), _max_rss_bytes, library_growth(), _reset_max_rss
+    return (lambda: process.memory_info().rss), _max_rss_bytes, library_growth(), None
 
 
 class MemoryMonitor(TrainerCallback):
@@ -107,7 +97,6 @@ class MemoryMonitor(TrainerCallback):
         self.stretch_peak = self.baseline  # the highest since the last mark (train begin, a step's end, an evaluation)
         self.step_peak: int | None = None  # the highest of the stretches that ended a training step
         self.eval_peak: int | None = None  # the highest of those that ended an evaluation
-        self._apart = True  # whether the stretches have peaks of their own (the high-water mark resets)
         self.step_ends: list[float] = []
         self.train_began_s: float | None = None  # seconds since the monitor started
         self.eval_spans_s: list[tuple[float, float]] = []
@@ -129,22 +118,26 @@ class MemoryMonitor(TrainerCallback):
         now = time.perf_counter() - self._started
         if self._read_peak is None:  # no exact high-water mark (MPS): the samples make the figure
             self.peak = max(self.peak, value)
-            self.stretch_peak = max(self.stretch_peak, value)
+        self.stretch_peak = max(self.stretch_peak, value - self.uncounted)
         if now >= keep_after:
             self.samples.append((now, value))
 
     def update_exact_peak(self) -> None:
         """Counts the device's own high-water mark when it rose above every one seen, and then what in
         the readings is not the run's: as of the peak, not after it (libraries a later save or
-        evaluation first uses were not in it). The stretch's peak is its own mark's (reset at each
-        mark), less what was not the run's as last counted."""
-        if self._read_peak is not None:
-            value = self._read_peak()
-            if value > self._last_exact:
-                self._last_exact = value
-                self.uncounted = self._read_uncounted()
-                self.peak = max(self.peak, value - self.uncounted)
-                self._observe(value)
+        evaluation first uses were not in it). The stretch's peak is its own mark's where mpskit resets
+        the mark (CUDA), else the mark where it rose within the stretch; less what was not the run's
+        as last counted."""
+        if self._read_peak is None:
+            return
+        value = self._read_peak()
+        rose = value > self._last_exact
+        if rose:
+            self._last_exact = value
+            self.uncounted = self._read_uncounted()
+            self.peak = max(self.peak, value - self.uncounted)
+            self._observe(value)
+        if rose or self._reset_peak:
             self.stretch_peak = max(self.stretch_peak, value - self.uncounted)
 
     def _mark(self, evaluation_next: bool = False) -> int:
@@ -156,8 +149,8 @@ class MemoryMonitor(TrainerCallback):
         ended = self.stretch_peak
         if evaluation_next and self.device == "cpu":
             trim_heap()
-        if self._read_peak is not None and not self._reset_peak():
-            self._apart = False
+        if self._reset_peak:
+            self._reset_peak()
         self.stretch_peak = self._read() - self.uncounted
         return ended
 
@@ -230,7 +223,7 @@ class MemoryMonitor(TrainerCallback):
         )
 
     def _above_baseline(self, peak: int | None) -> float | None:
-        return None if peak is None or not self._apart else round((peak - self.baseline) / GB, 4)
+        return None if peak is None else round((peak - self.baseline) / GB, 4)
 
     def kept_samples(self, points: int = 300) -> list[list[float]]:
         """[seconds, GB above the baseline] for memory.png: the highest sample of each of at most
