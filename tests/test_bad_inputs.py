@@ -498,6 +498,10 @@ INPUT_CASES = [
         ["plan", "preset=sft", "model_name_or_path=some/model", "--hardware", "cpu"],
         ["some/model: its config.json is not cached and HF_HUB_OFFLINE is set", "use a model_preset"],
     ),  # fmt: skip
+    ("plan: fooDPO's beta bounds crossed", ["plan", "BASE", "preset=foodpo", "foodpo_beta_min=2", "foodpo_beta_max=1"],
+     ["foodpo_beta_min is above foodpo_beta_max", "swap them"]),
+    ("plan: fooDPO's perplexity source unknown", ["plan", "BASE", "preset=foodpo", "foodpo_ppl_source=banana"],
+     ["foodpo_ppl_source is 'banana'", "use policy or reference"]),
 ]
 
 # Family 1, the engine: what LLaMA-Factory, transformers or peft would raise once the run began,

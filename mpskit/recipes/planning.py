@@ -7,6 +7,7 @@ import shlex
 import sys
 
 from mpskit.recipes.from_words import note_device_problems, resolve_from_words
+from mpskit.settings.foodpo import check_foodpo
 
 NOTHING_FITS = 3  # the report is printed, and no setting fits
 
@@ -23,6 +24,7 @@ def show_plan(words: list[str]) -> int:
     as_json, probing = "--json" in words, "--probe" in words
     words = [w for w in words if w not in ("--json", "--probe")]
     run, _ = resolve_from_words(words, typed=False)
+    check_foodpo(run.args)  # what config and train refuse, plan refuses too
     note_device_problems(run)
     lf.check_keys(run.args, lf.key_names())
     check_datasets(run.args, rows=False)  # names and stage as train checks them; rows only there
