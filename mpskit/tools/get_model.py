@@ -21,7 +21,9 @@ from pathlib import Path
 
 from mpskit import output_folder
 from mpskit.errors import MpskitError
+from mpskit.files import set_aside
 from mpskit.presets import load_yaml, model_folder, preset_names, resolve_preset_file
+from mpskit.recipes.checks import check_model
 from mpskit.run.quiet import is_verbose
 
 GGUF_SUFFIX = ".gguf"
@@ -36,10 +38,9 @@ def fetchable_presets() -> list[str]:
 def get_model(source: str, output: str | None = None) -> tuple[Path, bool]:
     """The model SOURCE names (a fetchable preset, or a .gguf file) as a folder: (the folder, whether it
     was made now). A folder that holds a model already is kept as it is."""
-    if source.endswith(GGUF_SUFFIX):
-        gguf = Path(source).expanduser()
-        if not gguf.is_file():
-            raise MpskitError(f"GGUF file {source} not found", "check the path")
+    gguf = Path(source).expanduser()
+    if source.endswith(GGUF_SUFFIX) or gguf.exists() or "/" in source:
+        _check_gguf_file(source, gguf)
         out = Path(output) if output else gguf.with_suffix("")
         return _made(out, lambda folder: convert_gguf(gguf, folder))
     names = fetchable_presets()
@@ -51,9 +52,28 @@ def get_model(source: str, output: str | None = None) -> tuple[Path, bool]:
     return _made(out, lambda folder: _fetch_and_convert(fetch, folder))
 
 
+def _check_gguf_file(source: str, gguf: Path) -> None:
+    """SOURCE is a path: a regular file that ends in .gguf, or one line saying what it is instead."""
+    if not gguf.exists():
+        raise MpskitError(f"GGUF file {source} not found", "check the path")
+    kind = "a folder" if gguf.is_dir() else "not a regular file (a FIFO or a device)" if not gguf.is_file() else ""
+    if kind:
+        raise MpskitError(f"{source} is {kind}, not a GGUF file", "give the path of a .gguf file, or a model preset")
+    if not source.endswith(GGUF_SUFFIX):
+        raise MpskitError(f"{source} is not named .gguf", "give a .gguf file (llama.cpp's format), or a model preset")
+
+
 def _made(out: Path, make) -> tuple[Path, bool]:
-    if (out / "config.json").is_file():
-        return out, False
+    """OUT as it is where it holds a whole model (train's check); else made now, the incomplete folder
+    set aside beside it (kept, never deleted)."""
+    if out.is_dir() and any(out.iterdir()):
+        try:
+            check_model(str(out))
+            return out, False
+        except MpskitError as incomplete:
+            aside = set_aside(out, "incomplete")
+            print(f"mpskit: {out} holds no whole model ({incomplete.problem}); it is kept as {aside.name}, "
+                  "and the model is fetched again", file=sys.stderr)  # fmt: skip
     fix = "give -o another folder, or delete it"
     return output_folder.fill(out, "the model folder", "mpskit get-model", fix, make), True
 
