@@ -60,7 +60,7 @@ def warn(message: str) -> None:
 
 def _describe(kind: str, low, high) -> str:
     if kind == "positive":
-        return f"a finite number above {low:g}"
+        return f"a finite number above {low:g}" + (f" and at most {high:g}" if high is not None else "")
     what = "a whole number" if kind == "int" else "a finite number"
     return f"{what} from {low} to {high}" if high is not None else f"{what} of at least {low}"
 

@@ -140,3 +140,28 @@ def test_calibrate_times_real_steps_and_plans_here_take_its_figures(tmp_path):
     duration = json.loads(plan.stdout)["duration"]
     assert duration["source"].startswith("measured on this machine by `mpskit calibrate`")
     assert duration["measured_figures"] and duration["predicted_step_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("figures", "said"),
+    [({"half_work": 1e300}, "throughput.half_work=1e+300 is not a finite number above 0 and at most 100"),
+     ({"flops_per_s": None}, "throughput.flops_per_s=None is not a finite number above 0 and at most 1e+17"),
+     ({"stray": 1}, "throughput has unknown key(s) stray")],
+    ids=["absurd", "missing", "unknown"],
+)  # fmt: skip
+def test_damaged_figures_of_this_machine_are_one_line_naming_the_file_in_plan_train_and_doctor(
+    tmp_path, monkeypatch, figures, said
+):
+    """Figures kept for this very machine, but out of range or malformed: they used to end in a
+    ZeroDivisionError or a line about "hardware profile this machine", while doctor said ready."""
+    path = tmp_path / "calibration.json"
+    monkeypatch.setenv(calibration.CALIBRATION_VARIABLE, str(path))
+    here = detect()
+    calibration.save_figures(here.kind, here.chip, {**load_hardware("cpu").throughput, **figures}, [])
+    env = {calibration.CALIBRATION_VARIABLE: str(path)}
+    for words in (["plan", "stage=sft", "model_preset=qwen2.5-0.5b"], ["train", "preset=sft"], ["doctor"]):
+        result = run_mpskit(*words, env=env, cwd=tmp_path)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (words, result.stderr[-2000:])
+        assert lines[-1] == f"mpskit: error: {path}: {said}; remove {path}, then run `mpskit calibrate` again " \
+                            "(or plan without it)", words  # fmt: skip

@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from mpskit.errors import MpskitError, check_number
-from mpskit.machine.calibration import saved_figures
+from mpskit.machine.calibration import calibration_file, saved_figures
 from mpskit.presets import config_dir, load_yaml, resolve_preset_file
 
 KINDS = ("apple-silicon", "intel-mac", "cuda", "cpu")
@@ -143,31 +143,33 @@ def _check_facts(data: dict, source: str) -> None:
     for key in SWITCH_FACTS:
         if key in data and not isinstance(data[key], bool):
             raise MpskitError(f"hardware profile {source}: {key}={data[key]!r} is not a switch", "write true or false")
-    _check_throughput(data.get("throughput"), source)
+    check_throughput(data.get("throughput"), f"hardware profile {source}: throughput")
 
 
-# duration.Throughput's figures where measured; the work ratios are positive, the others may be 0
+# duration.Throughput's figures and the ranges a real device's fall in (a figure outside is a typo or a
+# damaged file, and would plan nonsense or divide by zero); the work ratios are positive, the others may be 0
+FIGURE_RANGES = {"flops_per_s": ("positive", 0, 1e17), "step_overhead_s": ("number", 0, 60),
+                 "half_work": ("positive", 0, 100), "half_layer_s": ("number", 0, 10),
+                 "quantized_weight_s": ("number", 0, 1e-3), "quantized_work": ("positive", 0, 100)}  # fmt: skip
 OPTIONAL_FIGURES = ("half_work", "half_layer_s", "quantized_weight_s", "quantized_work")
 WORK_RATIOS = ("half_work", "quantized_work")
+THROUGHPUT_FIX = "write throughput: {flops_per_s: 1.5e12, step_overhead_s: 0.05, source: 'how you know them'}"
 
 
-def _check_throughput(figures, source: str) -> None:
+def check_throughput(figures, where: str, fix: str = THROUGHPUT_FIX) -> None:
     """flops_per_s, step_overhead_s and source are required; measured and the figures measured for 16-bit
-    checkpoints and 4-bit bases are optional (duration.py)."""
+    checkpoints and 4-bit bases are optional (duration.py). Each figure within FIGURE_RANGES. WHERE
+    names the file and key, FIX what to do."""
     if figures is None:
         return
-    where = f"hardware profile {source}: throughput"
-    fix = "write throughput: {flops_per_s: 1.5e12, step_overhead_s: 0.05, source: 'how you know them'}"
     if not isinstance(figures, dict) or not {"flops_per_s", "step_overhead_s", "source"} <= set(figures):
         raise MpskitError(f"{where} needs flops_per_s, step_overhead_s and source", fix)
     unknown = sorted(set(figures) - {"flops_per_s", "step_overhead_s", "source", "measured", *OPTIONAL_FIGURES})
     if unknown:
         raise MpskitError(f"{where} has unknown key(s) {', '.join(unknown)}", fix)
-    check_number(f"{where}.flops_per_s", figures["flops_per_s"], "positive", 0, fix=fix)
-    check_number(f"{where}.step_overhead_s", figures["step_overhead_s"], "number", 0, fix=fix)
-    for key in OPTIONAL_FIGURES:
+    for key, (kind, low, high) in FIGURE_RANGES.items():
         if key in figures:
-            check_number(f"{where}.{key}", figures[key], "positive" if key in WORK_RATIOS else "number", 0, fix=fix)
+            check_number(f"{where}.{key}", figures[key], kind, low, high, fix=fix)
     if not isinstance(figures.get("measured", False), bool):
         raise MpskitError(f"{where}.measured={figures['measured']!r} is not a switch", "write true or false")
 
@@ -281,6 +283,8 @@ def detect(probe_torch: bool = False) -> Hardware:
             data.update(kind="cpu", chip=_cpu_model() or platform.processor() or machine)
     figures = saved_figures(data["kind"], data["chip"])  # `mpskit calibrate`'s, for this machine
     if figures:
+        fix = f"remove {calibration_file()}, then run `mpskit calibrate` again (or plan without it)"
+        check_throughput(figures, f"{calibration_file()}: throughput", fix)
         data["throughput"] = figures
     hw = _from_mapping(data, "detected", "this machine")
     if probe_torch:
