@@ -42,6 +42,10 @@ def test_foodpo_learns_and_logs_its_beta(tmp_path, tiny_model):
     assert results["eval_rewards/accuracies"] > 0.5
     rows = [json.loads(line) for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
     train_rows = [row for row in rows if "loss" in row]
+    # each epoch's end evaluated, once: the workflow's evaluation after training used to run the last again
+    [attempt] = json.loads((run_dir / "mpskit.json").read_text())["attempts"]
+    assert len(attempt["measured"]["eval_spans_s"]) == 2
+    assert [row["eval_loss"] for row in rows if "eval_loss" in row][-1] == results["eval_loss"]
     for row in train_rows:
         assert {"prompt_perplexity", "log_prompt_perplexity", "dynamic_beta", "rewards/margins"} <= row.keys()
         expected = 0.1 * 0.2 * max(row["log_prompt_perplexity"], 0)
