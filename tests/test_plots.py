@@ -23,8 +23,10 @@ def test_a_run_with_one_logged_point_draws_no_loss_plot_and_says_so(tmp_path):
 
 
 def test_a_flat_loss_is_called_flat_and_a_falling_one_is_not():
-    flat = loss_title("dpo", [0.69312, 0.69311, 0.69309, 0.69306])
-    assert flat == "dpo: loss, flat: -4e-05 against the first steps' noise 0.0069"
+    flat = loss_title("dpo", [0.69312, 0.69311, 0.69310, 0.69310, 0.69309, 0.69308, 0.69307, 0.69306])
+    assert flat == "dpo: loss, flat: -5e-05 against the first steps' noise 0.0069"
+    assert loss_title("dpo", [0.58, 0.22]) == "dpo: loss"  # the demo's 10 DPO steps: no verdict from 2 points
+    assert loss_title("dpo", [0.69, 0.69, 0.69, 0.69]) == "dpo: loss"  # nor from 4
     assert loss_title("sft", [7.0, 6.9, 6.7, 6.6, 6.5, 6.4, 6.3, 6.2]) == "sft: loss"
     # noisy around one level: the change is under the first steps' spread
     assert ", flat:" in loss_title("sft", [2.0, 2.6, 1.9, 2.5, 2.1, 2.4, 2.0, 2.5])

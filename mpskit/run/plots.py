@@ -33,19 +33,24 @@ def _pyplot():
 
 SMOOTH_FROM = 30  # logged points from which a running mean is drawn beside them
 FLAT_FLOOR = 0.01  # a change under 1% of the first steps' level is flat whatever their noise
+VERDICT_FROM = 8  # logged points from which a loss is judged: a first and a last quarter of 2 points each
 
 
 def flatness(values: list[float]) -> tuple[float, float]:
     """(change, noise): the mean of the last quarter of the points minus the first quarter's, and the
-    first quarter's spread (at least FLAT_FLOOR of its level). A series is flat where |change| <= noise."""
-    count = max(2, len(values) // 4)
+    first quarter's spread (at least FLAT_FLOOR of its level). A series is flat where |change| <= noise.
+    VERDICT_FROM points at least: the quarters then hold 2 points each and do not overlap."""
+    count = len(values) // 4
     first, last = values[:count], values[-count:]
     noise = max(statistics.pstdev(first), FLAT_FLOOR * abs(statistics.fmean(first)))
     return statistics.fmean(last) - statistics.fmean(first), noise
 
 
 def loss_title(title: str, losses: list[float]) -> str:
-    """The loss plot's title: the run, and "flat" where the loss moved less than its first steps' noise."""
+    """The loss plot's title: the run, and "flat" where the loss moved less than its first steps' noise
+    (no verdict from fewer than VERDICT_FROM points: the demo's preference stages log 2)."""
+    if len(losses) < VERDICT_FROM:
+        return f"{title}: loss"
     change, noise = flatness(losses)
     flat = f", flat: {change:+.3g} against the first steps' noise {noise:.2g}" if abs(change) <= noise else ""
     return f"{title}: loss{flat}"
