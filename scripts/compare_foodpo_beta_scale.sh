@@ -7,8 +7,9 @@ set -euo pipefail
 SCALES="${SCALES:-0.05 0.1 0.2 0.5}"            # fooDPO scales; plain DPO always runs first
 OUT="${OUT:-output/compare-beta-scale/$(date +%Y%m%d-%H%M%S)}"
 MODEL_PRESET="${MODEL_PRESET:-tiny}"
-DATA="${DATA:-demo_pref}"
-EVAL_DATA="${EVAL_DATA:-demo_pref_eval}"
+if [[ -z "${DATA:-}" ]]; then                 # the demo data and its held-out set (your DATA: as mpskit train)
+    DATA=demo_pref EVAL_DATA="${EVAL_DATA:-demo_pref_eval}"
+fi
 BETA="${BETA:-0.1}"
 LR="${LR:-5e-3}"
 EPOCHS="${EPOCHS:-2}"

@@ -3,8 +3,9 @@
 # Knobs: the environment variables in train_knobs.sh; extra key=value words pass through.
 set -euo pipefail
 
-DATA="${DATA:-demo_sft}"
-EVAL_DATA="${EVAL_DATA:-demo_sft_eval}"
+if [[ -z "${DATA:-}" ]]; then                 # the demo data and its held-out set (your DATA: as mpskit train)
+    DATA=demo_sft EVAL_DATA="${EVAL_DATA:-demo_sft_eval}"
+fi
 RUN_NAME="${RUN_NAME:-sft-qwen}"
 source "$(dirname "$0")/train_knobs.sh"
 

@@ -20,6 +20,14 @@ BETA_SCALE="${BETA_SCALE:-}"                    # pref_beta_scale (foodpo); 0 gi
 LEAN_LOGITS="${LEAN_LOGITS:-}"                  # true / false; empty = auto (on for LoRA sft, dpo, foodpo)
 LEAN_ATTENTION="${LEAN_ATTENTION:-}"            # true / false; empty = auto (on where SDPA is not fused: MPS)
 
+if ! command -v mpskit >/dev/null; then         # run directly: not from make, no environment activated
+    VENV_BIN="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin"
+    if [[ ! -x "$VENV_BIN/mpskit" ]]; then
+        echo "mpskit: error: mpskit is not installed here; run make install, or activate the environment that has it" >&2
+        exit 2
+    fi
+    PATH="$VENV_BIN:$PATH"
+fi
 if [[ "$MODEL_PRESET" == tiny && -z "$MODEL_PATH" ]]; then
     mpskit tiny-model                           # the offline demo model, built once where its preset looks
 fi

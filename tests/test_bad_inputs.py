@@ -503,6 +503,9 @@ INPUT_CASES = [
     ),  # fmt: skip
     ("plan: fooDPO's beta bounds crossed", ["plan", "BASE", "preset=foodpo", "foodpo_beta_min=2", "foodpo_beta_max=1"],
      ["foodpo_beta_min is above foodpo_beta_max", "swap them"]),
+    ("eval_dataset a name beside a data file",
+     ["plan", "preset=foodpo", "model_preset=tiny", "dataset={w}/rows.jsonl", "eval_dataset=demo_pref_eval"],
+     ["eval_dataset=demo_pref_eval is a dataset name, and dataset=", "give eval_dataset a file too"]),
     ("plan: fooDPO's perplexity source unknown", ["plan", "BASE", "preset=foodpo", "foodpo_ppl_source=banana"],
      ["foodpo_ppl_source is 'banana'", "use policy or reference"]),
 ]

@@ -114,13 +114,20 @@ def register_plain_data(user: dict, stage: str | None) -> tuple[dict, dict, dict
 
 
 def _check_names(user: dict, given: dict, paths: dict) -> None:
-    """Files or names in each of dataset and eval_dataset, not both; no dataset_dir beside files."""
+    """Files or names in each of dataset and eval_dataset, not both; no eval_dataset name and no
+    dataset_dir beside training files."""
     for key, names in given.items():
         if paths[key] and len(paths[key]) != len(names):
             raise MpskitError(
                 f"{key}={user[key]} mixes files with dataset names",
                 "give files only (they are registered for the run), or register them all in a dataset_info.json",
             )
+    if paths["dataset"] and given["eval_dataset"] and not paths["eval_dataset"]:
+        raise MpskitError(
+            f"eval_dataset={user['eval_dataset']} is a dataset name, and dataset={user['dataset']} is a file, "
+            "so no dataset_info.json is read for the name",
+            "give eval_dataset a file too, or leave it out (val_size=0.1 holds out a tenth of the file)",
+        )
     if paths["dataset"] and "dataset_dir" in user:
         raise MpskitError(
             f"dataset={user['dataset']} is a file, so dataset_dir={user['dataset_dir']} is not read",
