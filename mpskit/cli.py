@@ -310,7 +310,7 @@ def _add_run_folder_commands(sub) -> None:
     _allow_unfinished(p)
     p = sub.add_parser("eval", help="held-out preference accuracy and reward margin of runs against the base model")
     p.add_argument("run_dirs", nargs="+")
-    p.add_argument("--dataset", help="preference data to judge on (default: a DPO run's own eval_dataset)")
+    p.add_argument("--dataset", help="data to judge on (default: the run's own eval_dataset; SFT by its loss)")
     p.add_argument("--dataset-dir", help="the folder with its dataset_info.json (default: the run's)")
     _allow_unfinished(p)
     p = sub.add_parser("export", help="merge a run's LoRA into a standalone Hugging Face model folder, or a GGUF file")

@@ -199,3 +199,13 @@ def test_a_fifo_named_as_data_is_refused_without_reading_it(tmp_path):
     os.mkfifo(tmp_path / "rows.jsonl")  # reading it would wait for a writer that never comes
     with pytest.raises(MpskitError, match="not a regular file"):
         register_plain_data({"dataset": str(tmp_path / "rows.jsonl")}, "sft")
+
+
+def test_a_registered_name_wins_over_a_file_of_that_name_in_the_working_folder(tmp_path):
+    (tmp_path / "demo_sft").write_text('[{"instruction": "hi", "output": "a file of the user\'s"}]')
+    words = ["plan", "preset=sft", "model_preset=tiny", "dataset=demo_sft", f"dataset_dir={ROOT / 'data'}"]
+    planned = run_mpskit(*words, "--hardware", "cpu", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert f"mpskit: demo_sft is the dataset of that name in {ROOT / 'data'}/dataset_info.json, not ./demo_sft " \
+           "here (give ./demo_sft to read that one)" in planned.stderr  # fmt: skip
+    assert "264 rows" in planned.stdout or "264 examples" in planned.stdout  # the registered set's rows

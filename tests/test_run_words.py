@@ -113,3 +113,10 @@ def test_an_empty_value_unsets_the_key_as_omegaconf_reads_it():
     """`eval_dataset=` means none. HfArgumentParser would keep "" (LLaMA-Factory then fails on dataset "")."""
     assert read_run_words(["eval_dataset="]).values == {"eval_dataset": None}
     assert lf.typed_words({"eval_dataset": "", "lora_rank": "4"}) == {"lora_rank": 4}
+
+
+def test_a_preset_path_as_the_first_word_is_a_setting(tmp_path):
+    preset = tmp_path / "mine.yaml"
+    preset.write_text("args:\n  stage: sft\n")
+    read = read_run_words([f"preset={preset}", "lora_rank=4"])
+    assert read.run_file is None and read.values == {"preset": str(preset), "lora_rank": 4}

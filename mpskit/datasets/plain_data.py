@@ -31,8 +31,21 @@ TRAIN_NAMES = ("train",)
 VALID_NAMES = ("valid", "validation", "val", "eval", "test")
 
 
-def _is_path(name: str) -> bool:
-    return name.endswith(SUFFIXES) or os.sep in name or Path(name).expanduser().exists()
+def _is_path(name: str, registered: frozenset[str] = frozenset()) -> bool:
+    """A file or folder: a data suffix, a separator, or a bare word that names no registered dataset and
+    exists here (a registered name wins over a file of the same name in the working folder)."""
+    if name.endswith(SUFFIXES) or os.sep in name:
+        return True
+    return name not in registered and Path(name).expanduser().exists()
+
+
+def _registered(user: dict) -> frozenset[str]:
+    """The dataset names of the dataset_info.json that dataset_dir (LLaMA-Factory's default: data) holds."""
+    try:
+        info = json.loads((Path(str(user.get("dataset_dir", "data"))).expanduser() / DATASET_INFO).read_text())
+    except (OSError, ValueError):
+        return frozenset()
+    return frozenset(info) if isinstance(info, dict) else frozenset()
 
 
 def named_data(value) -> set[str]:
@@ -92,7 +105,12 @@ def register_plain_data(user: dict, stage: str | None) -> tuple[dict, dict, dict
     stage follows the training data and is set in the settings. A folder's valid file is the
     eval_dataset unless the user gives one or a val_size."""
     given = {key: split_names(user.get(key)) for key in ("dataset", "eval_dataset")}
-    paths = {key: [name for name in names if _is_path(name)] for key, names in given.items()}
+    registered = _registered(user)
+    paths = {key: [name for name in names if _is_path(name, registered)] for key, names in given.items()}
+    for name in sorted({name for names in given.values() for name in names if name in registered}):
+        if Path(name).expanduser().exists():
+            print(f"mpskit: {name} is the dataset of that name in {user.get('dataset_dir', 'data')}/{DATASET_INFO}, "
+                  f"not ./{name} here (give ./{name} to read that one)", file=sys.stderr)  # fmt: skip
     if not any(paths.values()):
         return user, {}, {}
     _check_names(user, given, paths)

@@ -60,7 +60,10 @@ NO_ACCELERATOR = Bend(("torch.backends.mps:is_available", "torch.backends.mps:is
 SILENT = Bend(("transformers.trainer:DEFAULT_PROGRESS_CALLBACK", "transformers.trainer:PrinterCallback"),
               "transformers", "==5.6.0",
               "the trainer prints no progress bar or log lines where mpskit prints its own (run/quiet.py)")
-BENDS = (LOG, RESUMABLE, LEAN, READ_ON_DEMAND, TRAINING_LAYOUT, VOCAB_LOADER, NO_ACCELERATOR, SILENT)  # fmt: skip
+UNMERGED = Bend(("llamafactory.model.adapter:PeftModel",), "llamafactory", "==0.9.5",
+                "mpskit eval keeps the run's adapter beside its base, as it trained, never merged into it")
+BENDS = (LOG, RESUMABLE, LEAN, READ_ON_DEMAND, TRAINING_LAYOUT, VOCAB_LOADER, NO_ACCELERATOR, SILENT,
+         UNMERGED)  # fmt: skip
 
 
 def check(bends: tuple[Bend, ...] = BENDS) -> list[str]:
@@ -143,6 +146,26 @@ def packed_vocabulary(spec: RunSpec) -> Iterator[None]:
     bits, quant_type = int(spec.args["quantization_bit"]), str(spec.args.get("quantization_type", "nf4"))
     loader = packing_loader(current(target), bits, quant_type)
     with replaced(target, loader):
+        yield
+
+
+@contextlib.contextmanager
+def unmerged_adapter() -> Iterator[None]:
+    """Within: a model LLaMA-Factory loads for inference keeps its LoRA adapter as a PeftModel, in the
+    adapter's float32, as training computed it. LLaMA-Factory merges it into the base's weights, which
+    rounds the adapter's change to bf16 where the base is stored so (a DPO margin 8% off the run's own)."""
+    from peft import PeftModel
+
+    class Unmerged:
+        @staticmethod
+        def from_pretrained(model, adapter, **kwargs):
+            loaded = PeftModel.from_pretrained(model, adapter, **kwargs)
+            loaded.merge_and_unload = lambda *args, **kwargs: loaded
+            return loaded
+
+    for problem in check((UNMERGED,)):
+        warn(problem)
+    with replaced(UNMERGED.targets[0], Unmerged):
         yield
 
 

@@ -74,7 +74,8 @@ def _split(words: list[str]) -> tuple[str | None, str | None, str | None, list[s
                 hardware = value
             else:
                 output = value
-        elif run_file is None and not rest and word.endswith(RUN_FILE_SUFFIXES) and not word.startswith("-"):
+        elif run_file is None and not rest and word.endswith(RUN_FILE_SUFFIXES) and not word.startswith("-") \
+                and not KEY_VALUE.match(word):  # preset=PATH.yaml is a setting wherever it stands
             run_file = word
         else:
             rest.append(word)
@@ -142,7 +143,9 @@ def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
 def read_run_file(path: Path) -> dict:
     """A YAML or JSON run file's mapping, read as llamafactory-cli reads it (through OmegaConf)."""
     if path.suffix != ".json":
-        load_yaml(path)  # mpskit's checks: a readable regular file, a mapping, no alias bomb
+        if isinstance(load_yaml(path).get("args"), dict):  # mpskit's checks: a regular file, a mapping, no bomb
+            raise MpskitError(f"{path} is a preset (its settings sit under args:), not a run file",
+                              f"name it as one: preset={path}")  # fmt: skip
         from omegaconf import OmegaConf
 
         return OmegaConf.to_container(OmegaConf.load(path))
