@@ -131,6 +131,8 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("idle.yaml", lf_file)
     write("rows.jsonl", '{"instruction": "1+1?", "output": "2"}\n')
     write("qmethod.yaml", "stage: sft\nquantization_bit: 4\nquantization_method: bitsandbytes\n")
+    write("mixed_shapes.jsonl", '{"instruction": "a", "output": "b"}\n' * 2
+          + '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n' * 2)
     write("my_preset.yaml", (ROOT / "mpskit" / "configs" / "stages" / "sft.yaml").read_text())  # a copied preset
     (work / "fifo_split").mkdir()
     os.mkfifo(work / "fifo_split" / "train.jsonl")
@@ -504,6 +506,9 @@ INPUT_CASES = [
     ),  # fmt: skip
     ("plan: fooDPO's beta bounds crossed", ["plan", "BASE", "preset=foodpo", "foodpo_beta_min=2", "foodpo_beta_max=1"],
      ["foodpo_beta_min is above foodpo_beta_max", "swap them"]),
+    ("a data file whose rows change shape",
+     ["plan", "preset=sft", "model_preset=tiny", "dataset={w}/mixed_shapes.jsonl"],
+     ["change shape (rows 1-2: alpaca (instruction, output); rows 3-4: messages (sharegpt))", "split the file"]),
     ("a copied stage preset as the run file", ["plan", "{w}/my_preset.yaml", "model_preset=tiny"],
      ["my_preset.yaml is a preset (its settings sit under args:), not a run file", "name it as one: preset="]),
     ("eval_dataset a name beside a data file",

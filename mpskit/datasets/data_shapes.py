@@ -14,6 +14,8 @@ counted by why; a converted file leaves them out. No torch.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -71,6 +73,7 @@ def _text(value) -> bool:
 def read_shape(rows: list, where: str) -> Shape:
     """The shape of ROWS (a file's rows, read), from the first row's value types and every row's columns
     (an `input` or `system` column that starts on a later row is the file's too)."""
+    _check_one_shape(rows, where)
     first = rows[0] if rows and isinstance(rows[0], dict) else {}
     columns = set(first).union(*(row for row in rows if isinstance(row, dict)))
     shape = _shape_of(first, columns, where)
@@ -84,6 +87,36 @@ def read_shape(rows: list, where: str) -> Shape:
         except (_BadRow, KeyError, TypeError, AttributeError) as why:
             bad[str(why) if isinstance(why, _BadRow) else "not in the file's shape"] += 1
     return replace(shape, converted=converted, bad=bad, source=rows)
+
+
+OPTIONAL_COLUMNS = re.compile(r"\b(input|system|history|tools), ")  # a row may have them or not
+
+
+def _check_one_shape(rows: list, where: str) -> None:
+    """Every row of one shape (each told from its own columns, the optional ones aside); else one line
+    naming the rows of each shape."""
+    shapes: dict[str, list[int]] = {}
+    for number, row in enumerate(rows, 1):
+        if isinstance(row, dict):
+            with contextlib.suppress(MpskitError, KeyError, TypeError):
+                shapes.setdefault(OPTIONAL_COLUMNS.sub("", _shape_of(row, set(row), where).words), []).append(number)
+    if len(shapes) > 1:
+        said = "; ".join(f"{_spans(numbers)}: {shape}" for shape, numbers in shapes.items())
+        raise MpskitError(f"the rows of {where} change shape ({said})",
+                          "give every row one shape: split the file by shape, one dataset each")  # fmt: skip
+
+
+def _spans(numbers: list[int], most: int = 3) -> str:
+    """[1, 2, 3, 7] -> "rows 1-3, 7" (the first MOST spans, then how many rows more)."""
+    spans: list[list[int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    text = ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans[:most])
+    rest = sum(b - a + 1 for a, b in spans[most:])
+    return f"row{'s' if len(numbers) > 1 else ''} {text}" + (f" and {rest} more" if rest else "")
 
 
 class _BadRow(Exception):
