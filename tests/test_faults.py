@@ -349,3 +349,23 @@ def test_a_reader_that_stops_reading_does_not_end_the_run(tmp_path, tiny_model):
     run_dir = run_dir_of(tmp_path, "unread")
     assert record(run_dir)["attempts"][-1]["outcome"] == "finished"
     assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 6
+
+
+def test_a_resume_after_a_kill_before_the_first_checkpoint_logs_each_step_once(tmp_path, tiny_model):
+    """Trained again from step 0, the run logs steps 1, 2... again: the killed attempt's entries move to
+    trainer_log.superseded.jsonl (kept), not left before them."""
+    command = [sys.executable, "-m", "mpskit.cli", "train", "preset=sft", f"model_name_or_path={tiny_model}", *SHORT,
+               "max_steps=6", "save_steps=100", "run_name=early_kill"]  # fmt: skip
+    child = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "output" / "early_kill" / "latest" / "trainer_log.jsonl"
+    wait_for(lambda: log.is_file() and len(log.read_text().splitlines()) >= 2)
+    child.kill()
+    child.wait(timeout=60)
+    run_dir = run_dir_of(tmp_path, "early_kill")
+    assert not checkpoints(run_dir)
+    killed = (run_dir / "trainer_log.jsonl").read_text().splitlines()
+    resumed = run_mpskit("train", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    entries = [json.loads(line) for line in (run_dir / "trainer_log.jsonl").read_text().splitlines()]
+    assert [entry["current_steps"] for entry in entries if "loss" in entry] == [1, 2, 3, 4, 5, 6]
+    assert (run_dir / "trainer_log.superseded.jsonl").read_text().splitlines()[: len(killed)] == killed

@@ -252,9 +252,9 @@ def continue_run(run: RunDir, data: dict[str, str] | None = None) -> Path:
                   file=sys.stderr)  # fmt: skip
             return run.path
         run.check_no_links()
-        run.mend_log()
         _find_data(run, data or {})
         checkpoint = run.last_checkpoint()
+        run.mend_log(int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint else 0)
         if checkpoint is None and run.record.attempts:
             print(f"mpskit: {run.path} has no complete checkpoint; training it again from step 0", file=sys.stderr)
         with kept_awake(run.record.keep_awake), _summary_at_end(run.path):

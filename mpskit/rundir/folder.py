@@ -258,8 +258,8 @@ class RunDir:
         written = [path for path in (self.path / "eval").glob(f"*/{RESULTS}") if not path.parent.is_symlink()]
         return self.results(max(written, key=lambda path: path.stat().st_mtime).parent) if written else {}
 
-    def mend_log(self) -> None:
-        trainer_log.mend(self.path)
+    def mend_log(self, from_step: int) -> None:
+        trainer_log.mend(self.path, from_step)
 
     def trained_to_the_end(self) -> bool:
         """Results written (LLaMA-Factory writes them at a stop too) and, where the folder says, the steps

@@ -1,5 +1,5 @@
-"""LLaMA-Factory's trainer_log.jsonl in a run folder: its entries read and checked, and a last line
-cut short by a kill mended before a resume. No torch import.
+"""LLaMA-Factory's trainer_log.jsonl in a run folder: its entries read and checked, and mended before
+a resume (a last line cut short by a kill; the steps the resume logs again set aside). No torch import.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from mpskit.errors import MpskitError
+from mpskit.files import write_atomic
 from mpskit.rundir.record import is_of
 
 LOG = "trainer_log.jsonl"
@@ -51,9 +52,14 @@ def _log_type(key: str) -> object:
     return float | None if key in LOG_NUMBERS or key.startswith(("rewards/", "eval_")) else float | str | None
 
 
-def mend(run_dir: Path) -> None:
-    """Before a resume: a last line of trainer_log.jsonl cut short (a kill mid-append) is dropped,
-    so that LLaMA-Factory's next entry starts a line of its own instead of joining it."""
+SUPERSEDED = "trainer_log.superseded.jsonl"  # the entries of steps a resume trains again, kept
+
+
+def mend(run_dir: Path, from_step: int) -> None:
+    """Before a resume from step FROM_STEP (0: no checkpoint, trained again from the start): a last line
+    cut short (a kill mid-append) is dropped, so that LLaMA-Factory's next entry starts a line of its
+    own; the entries of the steps after FROM_STEP, which the resume logs again, move to SUPERSEDED
+    beside it (a second step-1 entry otherwise)."""
     path = run_dir / LOG
     with contextlib.suppress(FileNotFoundError), open(path, "rb+") as file:
         text = file.read()
@@ -62,3 +68,10 @@ def mend(run_dir: Path) -> None:
             file.truncate(whole)
             print(f"mpskit: {path} ended in a line cut short ({len(text) - whole} bytes, written as the run "
                   "was killed); it now ends at its last whole entry", file=sys.stderr)  # fmt: skip
+    kept, again = [], []
+    for entry in read_log(run_dir):
+        (kept if from_step and entry.get("current_steps", 0) <= from_step else again).append(entry)
+    if again:
+        with open(run_dir / SUPERSEDED, "a", encoding="utf-8") as superseded:
+            superseded.writelines(json.dumps(entry) + "\n" for entry in again)
+        write_atomic(path, "".join(json.dumps(entry) + "\n" for entry in kept))
