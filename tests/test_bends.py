@@ -23,7 +23,7 @@ def test_a_training_run_replaces_each_listed_name_and_puts_it_back():
     spec = RunSpec.of({"stage": "foodpo", "model_name_or_path": "m", "quantization_bit": 4,
                        "quantize_embeddings": True})  # fmt: skip
     # MPS is hidden for good, before torch loads; the trainer is silenced by run/quiet.py (below)
-    during = [bend for bend in bends.BENDS if bend not in (bends.NO_ACCELERATOR, bends.SILENT)]
+    during = [bend for bend in bends.BENDS if bend not in (bends.NO_ACCELERATOR, bends.SILENT, bends.AS_TRAINED)]
     targets = [target for bend in during for target in bend.targets]
     before = {target: bends.current(target) for target in targets}
     with bends.training_bends(spec) as (lean, attention):
@@ -31,6 +31,16 @@ def test_a_training_run_replaces_each_listed_name_and_puts_it_back():
         assert bends.current("llamafactory.train.dpo.trainer:CustomDPOTrainer").func.__name__ == "FooDPOTrainer"
         assert lean.report and attention.report is not None
     assert [target for target in targets if bends.current(target) is not before[target]] == []
+
+
+def test_an_evaluation_computes_as_training_did_within_and_not_after():
+    from mpskit.engine import lf
+
+    lf.import_engine()
+    before = {target: bends.current(target) for target in bends.AS_TRAINED.targets}
+    with bends.evaluated_as_trained():
+        assert [target for target in before if bends.current(target) is before[target]] == []
+    assert [target for target in before if bends.current(target) is not before[target]] == []
 
 
 def test_the_trainer_is_silent_within_and_speaks_after():

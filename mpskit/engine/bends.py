@@ -60,10 +60,12 @@ NO_ACCELERATOR = Bend(("torch.backends.mps:is_available", "torch.backends.mps:is
 SILENT = Bend(("transformers.trainer:DEFAULT_PROGRESS_CALLBACK", "transformers.trainer:PrinterCallback"),
               "transformers", "==5.6.0",
               "the trainer prints no progress bar or log lines where mpskit prints its own (run/quiet.py)")
-UNMERGED = Bend(("llamafactory.model.adapter:PeftModel",), "llamafactory", "==0.9.5",
-                "mpskit eval keeps the run's adapter beside its base, as it trained, never merged into it")
+AS_TRAINED = Bend(("llamafactory.model.adapter:PeftModel",
+                   "llamafactory.train.sft.workflow:SFTDataCollatorWith4DAttentionMask"), "llamafactory", "==0.9.5",
+                  "mpskit eval computes as the run's own evaluation did: the adapter beside its base, never merged "
+                  "into it; SFT batches padded to a multiple of 8")
 BENDS = (LOG, RESUMABLE, LEAN, READ_ON_DEMAND, TRAINING_LAYOUT, VOCAB_LOADER, NO_ACCELERATOR, SILENT,
-         UNMERGED)  # fmt: skip
+         AS_TRAINED)  # fmt: skip
 
 
 def check(bends: tuple[Bend, ...] = BENDS) -> list[str]:
@@ -150,10 +152,12 @@ def packed_vocabulary(spec: RunSpec) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def unmerged_adapter() -> Iterator[None]:
-    """Within: a model LLaMA-Factory loads for inference keeps its LoRA adapter as a PeftModel, in the
-    adapter's float32, as training computed it. LLaMA-Factory merges it into the base's weights, which
-    rounds the adapter's change to bf16 where the base is stored so (a DPO margin 8% off the run's own)."""
+def evaluated_as_trained() -> Iterator[None]:
+    """Within: an evaluation-only run computes what the run's own held-out evaluation computed.
+    LLaMA-Factory loads a model for it with the LoRA adapter merged into the base's weights, which
+    rounds the adapter's change to bf16 where the base is stored so (a DPO margin 8% off the run's
+    own): the adapter stays a PeftModel here, in its float32. And its SFT workflow pads batches to a
+    multiple of 8 only when training, which moves a bf16 model's loss by 1e-3: here it pads as then."""
     from peft import PeftModel
 
     class Unmerged:
@@ -163,9 +167,15 @@ def unmerged_adapter() -> Iterator[None]:
             loaded.merge_and_unload = lambda *args, **kwargs: loaded
             return loaded
 
-    for problem in check((UNMERGED,)):
+    padded_in_training = current(AS_TRAINED.targets[1])
+
+    class PaddedAsInTraining(padded_in_training):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "pad_to_multiple_of": 8})
+
+    for problem in check((AS_TRAINED,)):
         warn(problem)
-    with replaced(UNMERGED.targets[0], Unmerged):
+    with replaced(AS_TRAINED.targets[0], Unmerged), replaced(AS_TRAINED.targets[1], PaddedAsInTraining):
         yield
 
 

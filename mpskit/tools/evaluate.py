@@ -9,7 +9,7 @@ by its own loss (each pair's beta scaled by its prompt's perplexity, its fooDPO 
 reports what its training's evaluation reported. Any LoRA run can be judged this way (SFT too), on
 data it did not train on; without --dataset, an SFT run is judged by its loss on its own eval_dataset.
 Each reports what the run's own evaluation reported on the same data: the adapter stays beside the
-base, as it trained (bends.unmerged_adapter). Results go to <run>/eval/<dataset>-<time>/.
+base, as it trained (bends.evaluated_as_trained). Results go to <run>/eval/<dataset>-<time>/.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def evaluate_run(
             spec = RunSpec.of(eval_args)
             packs = RunSpec.of(run.train_args()).packs_vocabulary  # the policy's and the reference's, as trained
             packed = replace(spec.lean, quantize_embeddings=packs)
-            lf.import_engine()  # before the bend imports LLaMA-Factory's adapter module (trl minds the order)
-            with bends.unmerged_adapter():  # as the run computed its own evaluation
+            lf.import_engine()  # before the bends import LLaMA-Factory's modules (trl minds the order)
+            with bends.evaluated_as_trained():
                 lf.run(replace(spec, lean=packed))
         results = run.results(out)
     row = {"run": os.path.relpath(run.path), "stage": stage, "eval dataset": dataset}
