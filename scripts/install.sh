@@ -31,7 +31,7 @@ if [ "$TORCH_INDEX" != pypi ]; then
   fi
 fi
 echo "mpskit: LLaMA-Factory, transformers, peft, trl and mpskit" >&2
-"${pip[@]}" -e ".[$EXTRAS]"
+PYTHONWARNINGS=ignore "${pip[@]}" -e ".[$EXTRAS]"  # no setuptools notice about editable installs on the first screen
 if [ "$MODEL" != none ]; then
   "$VENV/bin/mpskit" get-model "$MODEL"
 fi

@@ -13,6 +13,7 @@ leaves no half model where a run would look. Imports torch only to convert.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import tempfile
@@ -110,6 +111,8 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     from the file's BOS id (SmolLM2's says <|im_start|>), while config.json has the model's own; the
     tokenizer gets the config's, so plain `generate` stops where the model ends a turn."""
     architecture = _architecture(gguf)
+    if not is_verbose():
+        os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' bar over the tensors; read as tqdm loads
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
