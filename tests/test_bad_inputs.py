@@ -131,6 +131,12 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("idle.yaml", lf_file)
     write("rows.jsonl", '{"instruction": "1+1?", "output": "2"}\n')
     write("qmethod.yaml", "stage: sft\nquantization_bit: 4\nquantization_method: bitsandbytes\n")
+    write("empty_list.jsonl", "[]\n")
+    for name in ("record_folder_run", "record_fifo_run"):  # mpskit.json a folder, a FIFO
+        write(f"{name}/llamafactory.yaml", "stage: sft\n")
+    (work / "record_folder_run" / "mpskit.json").mkdir()
+    os.mkfifo(work / "record_fifo_run" / "mpskit.json")
+    write("list_config_model/config.json", "[1, 2]")
     write("mixed_shapes.jsonl", '{"instruction": "a", "output": "b"}\n' * 2
           + '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n' * 2)
     write("my_preset.yaml", (ROOT / "mpskit" / "configs" / "stages" / "sft.yaml").read_text())  # a copied preset
@@ -506,6 +512,14 @@ INPUT_CASES = [
     ),  # fmt: skip
     ("plan: fooDPO's beta bounds crossed", ["plan", "BASE", "preset=foodpo", "foodpo_beta_min=2", "foodpo_beta_max=1"],
      ["foodpo_beta_min is above foodpo_beta_max", "swap them"]),
+    ("export: mpskit.json a folder", ["export", "{w}/record_folder_run", "-o", "{w}/merged"],
+     ["record_folder_run/mpskit.json is not a file", "--rebuild-record"]),
+    ("resume: mpskit.json a FIFO", ["train", "--resume", "{w}/record_fifo_run"],
+     ["record_fifo_run/mpskit.json is not a file", "move it away"]),
+    ("a data file of an empty list", ["plan", "preset=sft", "model_preset=tiny", "dataset={w}/empty_list.jsonl"],
+     ["empty_list.jsonl holds no rows", "give it rows"]),
+    ("a config.json that is a list", ["train", "preset=sft", "model_name_or_path={w}/list_config_model"],
+     ["config.json holds a list, not an object", "restore the model's config.json"]),
     ("a data file whose rows change shape",
      ["plan", "preset=sft", "model_preset=tiny", "dataset={w}/mixed_shapes.jsonl"],
      ["change shape (rows 1-2: alpaca (instruction, output); rows 3-4: messages (sharegpt))", "split the file"]),

@@ -73,6 +73,8 @@ def _text(value) -> bool:
 def read_shape(rows: list, where: str) -> Shape:
     """The shape of ROWS (a file's rows, read), from the first row's value types and every row's columns
     (an `input` or `system` column that starts on a later row is the file's too)."""
+    if not rows or rows == [[]]:  # [] in a .jsonl file is one line holding an empty list
+        raise MpskitError(f"{where} holds no rows", "give it rows (one JSON object per line, or a JSON list of them)")
     _check_one_shape(rows, where)
     first = rows[0] if rows and isinstance(rows[0], dict) else {}
     columns = set(first).union(*(row for row in rows if isinstance(row, dict)))

@@ -128,7 +128,10 @@ def check_model(model: str, need_weights: bool = True) -> None:
             config = json.loads((path / "config.json").read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise MpskitError(f"{path / 'config.json'} is not valid JSON", "restore the model's config.json") from err
-        if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        if not isinstance(config, dict):
+            raise MpskitError(f"{path / 'config.json'} holds a {type(config).__name__}, not an object",
+                              "restore the model's config.json (an object with model_type and the shapes)")  # fmt: skip
+        if not isinstance(config.get("model_type"), str):
             raise MpskitError(f"{path / 'config.json'} names no model_type, by which transformers builds the model",
                               "restore the model's config.json (Qwen2.5's says model_type: qwen2)")  # fmt: skip
         if need_weights:

@@ -174,6 +174,10 @@ class RunDir:
     def open(cls, path: str | Path) -> RunDir:
         path = real_run_path(Path(path))
         if not is_run_dir(path):
+            record = path / RECORD
+            if record.exists() or record.is_symlink():  # a folder, a FIFO, a device, a link at its name
+                raise MpskitError(f"{record} is not a file, so the run's record cannot be read",
+                                  f"move it away, then: mpskit train --resume {path} --rebuild-record")  # fmt: skip
             raise MpskitError(f"{path} is not an mpskit run directory", "give a folder that holds mpskit.json")
         return cls(path, read_record(path))
 
