@@ -127,6 +127,18 @@ def leave_note(path: Path, doing: str) -> int | None:
         return fd
 
 
+def holder_of(folder: Path, note: Path) -> str | None:
+    """Who holds FOLDER's lock now (hold_folder), from its NOTE; None when no one does."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return read_note(note) or "another process"
+    finally:
+        os.close(fd)  # closing it drops a lock taken here
+    return None
+
+
 @contextlib.contextmanager
 def hold_folder(folder: Path, note: Path, doing: str) -> Iterator[None]:
     """One process at a time in FOLDER: an exclusive lock on the folder itself, which the kernel

@@ -71,3 +71,24 @@ def test_an_output_paths_lock_file_that_mpskit_did_not_make_is_refused_and_left_
     assert result.returncode == 2 and f"{lock} is a" in result.stderr and "move" in result.stderr, result.stderr
     assert victim.read_text() == "mine\n" and not target.exists()
     assert plant == "FIFO" or lock.read_text() == "mine\n"
+
+
+def test_using_a_run_that_is_training_now_says_so_and_not_to_resume_it(tmp_path):
+    """A run another process is training has no finished adapter yet: the line names that process
+    (its resume would be refused as in use)."""
+    run_dir = finished_run(tmp_path)
+    write_record(run_dir, RunRecord(run_name="f", stage="sft", device="cpu", attempts=[]))
+    hold = ("import sys, time; from pathlib import Path; from mpskit.lock_files import hold_folder\n"
+            "with hold_folder(Path(sys.argv[1]), Path(sys.argv[1]) / '.mpskit.lock', 'mpskit train'):\n"
+            "    print('held', flush=True); time.sleep(60)")  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = mpskit_at_most(60, "export", str(run_dir), "-o", str(tmp_path / "merged"), cwd=tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"mpskit: error: {run_dir} is still training (process {holder.pid} (mpskit train)); wait until it ends, "
+        "then run this again"
+    ]

@@ -304,6 +304,10 @@ class RunDir:
             self.record = read_record(self.path)
             yield
 
+    def in_use_by(self) -> str | None:
+        """The process that holds this folder now (training it, say), or None."""
+        return lock_files.holder_of(self.path, self.path / LOCK_NOTE)
+
     def check_no_links(self) -> None:
         """No link among the folder's entries or its checkpoints': LLaMA-Factory and the libraries write
         a run's files by name, and would write through a link to wherever it points."""

@@ -26,6 +26,8 @@ def open_trained(run_dir: str | Path | None, allow_unfinished: bool = False) -> 
     """A run whose adapter can be used (default: the newest run). A run that stopped before its last
     step has an adapter too (LLaMA-Factory saves one on a stop): it is used only when asked, and said."""
     run = RunDir.open(run_dir or latest_run_dir())
+    if not run.finished and (holder := run.in_use_by()):
+        raise MpskitError(f"{run.path} is still training ({holder})", "wait until it ends, then run this again")
     wanted = MODEL_FILES if full_model(run) else ADAPTER_FILES
     missing = [name for name in wanted if not _saved(run.path, name)]
     if missing:
