@@ -132,6 +132,7 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("rows.jsonl", '{"instruction": "1+1?", "output": "2"}\n')
     write("qmethod.yaml", "stage: sft\nquantization_bit: 4\nquantization_method: bitsandbytes\n")
     write("empty_list.jsonl", "[]\n")
+    write("stage_preset_conflict.yaml", f"stage: dpo\npreset: sft\nmodel_name_or_path: {model}\ntemplate: qwen\n")
     for name in ("record_folder_run", "record_fifo_run"):  # mpskit.json a folder, a FIFO
         write(f"{name}/llamafactory.yaml", "stage: sft\n")
     (work / "record_folder_run" / "mpskit.json").mkdir()
@@ -516,6 +517,8 @@ INPUT_CASES = [
      ["record_folder_run/mpskit.json is not a file", "--rebuild-record"]),
     ("resume: mpskit.json a FIFO", ["train", "--resume", "{w}/record_fifo_run"],
      ["record_fifo_run/mpskit.json is not a file", "move it away"]),
+    ("a run file whose stage and preset disagree", ["plan", "{w}/stage_preset_conflict.yaml"],
+     ["stage=dpo and preset=sft disagree: that preset trains stage sft", "give one of them"]),
     ("a data file of an empty list", ["plan", "preset=sft", "model_preset=tiny", "dataset={w}/empty_list.jsonl"],
      ["empty_list.jsonl holds no rows", "give it rows"]),
     ("a config.json that is a list", ["train", "preset=sft", "model_name_or_path={w}/list_config_model"],

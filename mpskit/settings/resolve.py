@@ -234,6 +234,19 @@ def other_file(user: dict) -> tuple[str, str] | None:
     return next(((what, fix) for keys, what, fix in OTHER_FILES if set(keys) & set(user)), None)
 
 
+COMPATIBLE_STAGES = ({"dpo", "foodpo"},)  # fooDPO trains on the DPO preset's pairs and settings too
+
+
+def _check_preset_stage(named: str | None, preset: str | None, preset_stage: str | None) -> None:
+    """stage= and a stage preset that trains another stage (a run file's `stage: dpo` with `preset: sft`)."""
+    if not (named and preset_stage) or named == preset_stage:
+        return
+    if any({named, preset_stage} <= pair for pair in COMPATIBLE_STAGES):
+        return
+    raise MpskitError(f"stage={named} and preset={preset} disagree: that preset trains stage {preset_stage}",
+                      "give one of them (a preset brings its stage; a stage brings its own preset)")  # fmt: skip
+
+
 def _check_stage(stage, user: dict) -> str:
     if not stage:
         if other := other_file(user):
@@ -276,6 +289,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
     named = _check_stage(user["stage"], user) if user.get("stage") else None
     preset = _stage_preset(own, user, run_file)
     stage_args, _, layers = _preset("stages", preset) if preset else ({}, {}, [])
+    _check_preset_stage(named, preset, stage_args.get("stage"))
     asked = named or stage_args.get("stage")  # none: the training data's (plain files), else refused
     user, datasets, data_files = register_plain_data(user, _check_stage(asked, user) if asked else None)
     stage = _check_stage(user.get("stage") or stage_args.get("stage"), user)
