@@ -132,6 +132,13 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     write("rows.jsonl", '{"instruction": "1+1?", "output": "2"}\n')
     write("qmethod.yaml", "stage: sft\nquantization_bit: 4\nquantization_method: bitsandbytes\n")
     write("empty_list.jsonl", "[]\n")
+    write("odd_entries/pairs.json", '[{"instruction": "a", "input": "", "chosen": "b", "rejected": "c"}]')
+    write("odd_entries/notes.md", "not data")
+    (work / "odd_entries" / "nothing").mkdir()
+    write("odd_entries/dataset_info.json", json.dumps({"no_columns": {"file_name": "pairs.json", "ranking": True,
+                                                                      "columns": {}},
+                                                       "empty_folder": {"file_name": "nothing"},
+                                                       "markdown": {"file_name": "notes.md"}}))  # fmt: skip
     write("stage_preset_conflict.yaml", f"stage: dpo\npreset: sft\nmodel_name_or_path: {model}\ntemplate: qwen\n")
     for name in ("record_folder_run", "record_fifo_run"):  # mpskit.json a folder, a FIFO
         write(f"{name}/llamafactory.yaml", "stage: sft\n")
@@ -519,6 +526,13 @@ INPUT_CASES = [
      ["record_fifo_run/mpskit.json is not a file", "move it away"]),
     ("a run file whose stage and preset disagree", ["plan", "{w}/stage_preset_conflict.yaml"],
      ["stage=dpo and preset=sft disagree: that preset trains stage sft", "give one of them"]),
+    ("a ranking entry without columns", ["train", "BASE", "preset=dpo", "dataset_dir={w}/odd_entries",
+                                         "dataset=no_columns", "eval_dataset="],
+     ["pairs.json (alpaca, ranking) maps no column", '"chosen": "chosen"']),
+    ("file_name at an empty folder", ["train", "BASE", "dataset_dir={w}/odd_entries", "dataset=empty_folder",
+                                      "eval_dataset="], ["points at", "nothing, an empty folder"]),
+    ("file_name at a file that is not data", ["train", "BASE", "dataset_dir={w}/odd_entries", "dataset=markdown",
+                                              "eval_dataset="], ["notes.md, which LLaMA-Factory does not read as data"]),
     ("a data file of an empty list", ["plan", "preset=sft", "model_preset=tiny", "dataset={w}/empty_list.jsonl"],
      ["empty_list.jsonl holds no rows", "give it rows"]),
     ("a config.json that is a list", ["train", "preset=sft", "model_name_or_path={w}/list_config_model"],

@@ -62,9 +62,19 @@ def check_datasets(args: dict, rows: bool = True) -> None:
                 raise MpskitError(f"dataset '{name}' points at {path}, which does not exist", "fix file_name")
             if not (path.is_file() or path.is_dir()):
                 raise MpskitError(f"dataset '{name}' points at {path}, {NOT_A_FILE}", "point file_name at a data file")
+            data = [path] if path.is_file() else [child for child in path.iterdir() if child.is_file()]
+            if not data:
+                raise MpskitError(f"dataset '{name}' points at {path}, an empty folder",
+                                  "point file_name at a data file, or a folder of them")  # fmt: skip
+            if odd := next((file for file in data if file.suffix.lstrip(".") not in LOADABLE), None):
+                raise MpskitError(f"dataset '{name}' points at {odd}, which LLaMA-Factory does not read as data "
+                                  f"(it reads {', '.join(LOADABLE)})", "point file_name at a data file")  # fmt: skip
             if rows and path.is_file() and path.suffix in (".json", ".jsonl"):
                 _check_rows(path, read_rows(path), required_columns(entry, stage))
     check_val_size(args, rows)
+
+
+LOADABLE = ("arrow", "csv", "json", "jsonl", "parquet", "txt")  # the file types LLaMA-Factory's loader reads
 
 
 def check_val_size(args: dict, rows: bool = True) -> None:
@@ -118,6 +128,13 @@ def check_conversion(args: dict) -> None:
             try:
                 example = converter({**columns, **row})
             except KeyError as err:
+                if err.args[0] is None:  # a column the entry names no source for (a ranking entry's chosen)
+                    raise MpskitError(
+                        f"the dataset_info.json entry of {path} ({attr.formatting}{', ranking' if attr.ranking else ''})"
+                        " maps no column for a part LLaMA-Factory reads",
+                        'add its "columns" to the entry, as {"prompt": "instruction", "chosen": "chosen", '
+                        '"rejected": "rejected"} for alpaca pairs',
+                    ) from None
                 raise MpskitError(
                     f"{path} has no '{err.args[0]}' column, which LLaMA-Factory's {attr.formatting} format reads",
                     "add it to the rows, or map the columns in dataset_info.json",
