@@ -532,7 +532,7 @@ INPUT_CASES = [
     ("file_name at an empty folder", ["train", "BASE", "dataset_dir={w}/odd_entries", "dataset=empty_folder",
                                       "eval_dataset="], ["points at", "nothing, an empty folder"]),
     ("file_name at a file that is not data", ["train", "BASE", "dataset_dir={w}/odd_entries", "dataset=markdown",
-                                              "eval_dataset="], ["notes.md, which LLaMA-Factory does not read as data"]),
+                                              "eval_dataset="], ["notes.md, which LLaMA-Factory does not read"]),
     ("a data file of an empty list", ["plan", "preset=sft", "model_preset=tiny", "dataset={w}/empty_list.jsonl"],
      ["empty_list.jsonl holds no rows", "give it rows"]),
     ("a config.json that is a list", ["train", "preset=sft", "model_name_or_path={w}/list_config_model"],

@@ -130,8 +130,8 @@ def check_conversion(args: dict) -> None:
             except KeyError as err:
                 if err.args[0] is None:  # a column the entry names no source for (a ranking entry's chosen)
                     raise MpskitError(
-                        f"the dataset_info.json entry of {path} ({attr.formatting}{', ranking' if attr.ranking else ''})"
-                        " maps no column for a part LLaMA-Factory reads",
+                        f"the dataset_info.json entry of {path} ({attr.formatting}"
+                        f"{', ranking' if attr.ranking else ''}) maps no column for a part LLaMA-Factory reads",
                         'add its "columns" to the entry, as {"prompt": "instruction", "chosen": "chosen", '
                         '"rejected": "rejected"} for alpaca pairs',
                     ) from None
