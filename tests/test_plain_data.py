@@ -209,3 +209,17 @@ def test_a_registered_name_wins_over_a_file_of_that_name_in_the_working_folder(t
     assert f"mpskit: demo_sft is the dataset of that name in {ROOT / 'data'}/dataset_info.json, not ./demo_sft " \
            "here (give ./demo_sft to read that one)" in planned.stderr  # fmt: skip
     assert "264 rows" in planned.stdout or "264 examples" in planned.stdout  # the registered set's rows
+
+
+@pytest.mark.e2e
+def test_rows_with_a_role_llamafactory_does_not_know_are_one_line_and_no_library_lines(tmp_path, tiny_model):
+    good = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    odd = {"messages": [{"role": "user", "content": "hi"}, {"role": "wizard", "content": "hello"}]}
+    rows = tmp_path / "roles.jsonl"
+    rows.write_text("".join(json.dumps(row) + "\n" for row in [good] * 30 + [odd] * 32))
+    words = ["train", "preset=sft", f"model_name_or_path={tiny_model}", "template=qwen", f"dataset={rows}",
+             "max_steps=1", "--hardware", "cpu"]  # fmt: skip
+    trained = run_mpskit(*words, cwd=tmp_path)
+    assert trained.returncode == 0 and trained.stdout == "", trained.stdout[-2000:] + trained.stderr[-2000:]
+    assert [line for line in trained.stderr.splitlines() if not line.startswith("mpskit")] == []
+    assert "30 of 62 rows (32 a turn of role 'wizard'" in trained.stderr

@@ -219,6 +219,8 @@ def _mapped_row_problem(shape: Shape, row) -> str | None:
         return _pair_problem(_content(chosen), _content(rejected))
     if "messages" in columns:
         turns = row.get(columns["messages"])
+        if unknown := _unknown_role(turns):
+            return f"a turn of role '{unknown}' (roles: {', '.join(KNOWN_ROLES)})"
         if shape.kind in ("answer", "kto") and not _ends_on_assistant(turns):
             return "a conversation that does not end on the assistant"
     elif shape.kind == "answer" and not str(row.get(columns["response"]) or "").strip():
@@ -229,6 +231,18 @@ def _mapped_row_problem(shape: Shape, row) -> str | None:
 def _content(answer):
     """An answer's text: the string itself, or a turn's content (ShareGPT's value)."""
     return answer.get("content", answer.get("value")) if isinstance(answer, dict) else answer
+
+
+KNOWN_ROLES = ("system", "user", "assistant", "human", "gpt", "observation", "function_call")  # LLaMA-Factory's tags
+
+
+def _unknown_role(turns) -> str | None:
+    """The first role in TURNS that LLaMA-Factory's ShareGPT converter does not know."""
+    for turn in turns if isinstance(turns, list) else []:
+        role = turn.get("role", turn.get("from")) if isinstance(turn, dict) else None
+        if isinstance(role, str) and role not in KNOWN_ROLES:
+            return role
+    return None
 
 
 def _ends_on_assistant(turns) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -107,7 +108,18 @@ CONVERTED_ROWS = 5000  # rows of each file put through LLaMA-Factory's converter
 def check_conversion(args: dict) -> None:
     """Rows of each local JSON / JSON Lines dataset through LLaMA-Factory's own converter, as its data
     loader will put them (imports LLaMA-Factory). A row it cannot convert, or whose text is not text,
-    is one line; rows its processor would drop are said, and a file where it would drop all is refused."""
+    is one line; rows its processor would drop are said, and a file where it would drop all is refused.
+    The converter's own warning for each odd row is not shown: mpskit's lines count them."""
+    converter_log = logging.getLogger("llamafactory.data.converter")
+    level = converter_log.level
+    converter_log.setLevel(logging.ERROR)
+    try:
+        _check_conversion(args)
+    finally:
+        converter_log.setLevel(level)
+
+
+def _check_conversion(args: dict) -> None:
     from llamafactory.data.converter import get_dataset_converter
     from llamafactory.data.parser import get_dataset_list
     from llamafactory.hparams import DataArguments

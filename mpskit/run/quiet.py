@@ -26,10 +26,12 @@ LOG_FILE = "train.log"
 # precision is slower or absent; upcast_layernorm is LLaMA-Factory's advice to every quantized run, a
 # setting the user may give; LLaMA-Factory passes transformers' old `torch_dtype`; the tokenizer's
 # special tokens are copied into the model's config, as they should be; a row longer than the model's
-# maximum is cut at cutoff_len (the plan says how many rows are).
+# maximum is cut at cutoff_len (the plan says how many rows are); the converter's line for each row it
+# skips (mpskit's own line counts them, and why).
 NOISE = ("We recommend enable mixed precision training", "We recommend enable `upcast_layernorm`",
          "`torch_dtype` is deprecated", "The tokenizer has new PAD/BOS/EOS tokens",
-         "Token indices sequence length is longer than")  # fmt: skip
+         "Token indices sequence length is longer than", "Invalid role tag in", "Invalid message count in",
+         "Skipping this abnormal example", "Dropped invalid example")  # fmt: skip
 # Python warnings of the same kind, off the screen (not kept): trl's own deprecation inside
 # LLaMA-Factory's DPO trainer.
 WARNINGS_NOISE = ("The `padding_value` property is deprecated",)
