@@ -145,6 +145,8 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     (work / "record_folder_run" / "mpskit.json").mkdir()
     os.mkfifo(work / "record_fifo_run" / "mpskit.json")
     write("list_config_model/config.json", "[1, 2]")
+    write("bnb_model/config.json", json.dumps({"model_type": "qwen2", "quantization_config": {
+        "quant_method": "bitsandbytes", "load_in_4bit": True}}))  # fmt: skip
     write("mixed_shapes.jsonl", '{"instruction": "a", "output": "b"}\n' * 2
           + '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n' * 2)
     write("my_preset.yaml", (ROOT / "mpskit" / "configs" / "stages" / "sft.yaml").read_text())  # a copied preset
@@ -535,6 +537,8 @@ INPUT_CASES = [
                                               "eval_dataset="], ["notes.md, which LLaMA-Factory does not read"]),
     ("a data file of an empty list", ["plan", "preset=sft", "model_preset=tiny", "dataset={w}/empty_list.jsonl"],
      ["empty_list.jsonl holds no rows", "give it rows"]),
+    ("a base saved quantized by bitsandbytes", ["train", "preset=sft", "model_name_or_path={w}/bnb_model"],
+     ["says the model is saved quantized by bitsandbytes", "train its 16-bit original with quantization_bit=4 (quantized as it loads)"]),
     ("a config.json that is a list", ["train", "preset=sft", "model_name_or_path={w}/list_config_model"],
      ["config.json holds a list, not an object", "restore the model's config.json"]),
     ("a data file whose rows change shape",

@@ -131,6 +131,10 @@ def check_model(model: str, need_weights: bool = True) -> None:
         if not isinstance(config, dict):
             raise MpskitError(f"{path / 'config.json'} holds a {type(config).__name__}, not an object",
                               "restore the model's config.json (an object with model_type and the shapes)")  # fmt: skip
+        quantized = config.get("quantization_config")
+        if isinstance(quantized, dict) and quantized.get("quant_method") == "bitsandbytes":
+            raise MpskitError(f"{path / 'config.json'} says the model is saved quantized by bitsandbytes",
+                              "train its 16-bit original with quantization_bit=4 (quantized as it loads)")  # fmt: skip
         if not isinstance(config.get("model_type"), str):
             raise MpskitError(f"{path / 'config.json'} names no model_type, by which transformers builds the model",
                               "restore the model's config.json (Qwen2.5's says model_type: qwen2)")  # fmt: skip
