@@ -45,6 +45,9 @@ def check_datasets(args: dict, rows: bool = True) -> None:
         info = json.loads(info_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise MpskitError(f"{info_file} is not valid JSON", "fix the file") from err
+    except RecursionError:
+        raise MpskitError(f"{info_file} nests values deeper than Python reads",
+                          'map each dataset name to {"file_name": ...}') from None
     if not isinstance(info, dict):
         raise MpskitError(f"{info_file} holds a {type(info).__name__}, not a mapping", "map each dataset name to {...}")
     for name in names:

@@ -43,7 +43,7 @@ def _registered(user: dict) -> frozenset[str]:
     """The dataset names of the dataset_info.json that dataset_dir (LLaMA-Factory's default: data) holds."""
     try:
         info = json.loads((Path(str(user.get("dataset_dir", "data"))).expanduser() / DATASET_INFO).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # check_datasets says what is wrong with it
         return frozenset()
     return frozenset(info) if isinstance(info, dict) else frozenset()
 
