@@ -145,6 +145,8 @@ def make_files(work: Path, model: Path) -> dict[str, Path]:
     (work / "record_folder_run" / "mpskit.json").mkdir()
     os.mkfifo(work / "record_fifo_run" / "mpskit.json")
     write("list_config_model/config.json", "[1, 2]")
+    write("null_pairs.jsonl", '{"instruction": "a", "chosen": null, "rejected": "c"}\n' * 2)
+    write("number_pairs.jsonl", '{"instruction": "a", "chosen": 5, "rejected": 7}\n' * 2)
     write("deep_info/dataset_info.json", '{"d": ' + "[" * 100_000 + "]" * 100_000 + "}")
     write("bnb_model/config.json", json.dumps({"model_type": "qwen2", "quantization_config": {
         "quant_method": "bitsandbytes", "load_in_4bit": True}}))  # fmt: skip
@@ -543,6 +545,10 @@ INPUT_CASES = [
       "train its 16-bit original with quantization_bit=4 (quantized as it loads)"]),
     ("dataset_info.json nested deep", ["plan", "preset=sft", "model_preset=tiny", "dataset_dir={w}/deep_info",
                                        "dataset=d"], ["dataset_info.json nests values deeper than Python reads"]),
+    ("eval of null answers", ["eval", "{w}/not_a_run", "--dataset", "{w}/null_pairs.jsonl"],
+     ["null_pairs.jsonl: the first row's chosen is null, not text", "give every row's chosen as text"]),
+    ("eval of number answers", ["eval", "{w}/not_a_run", "--dataset", "{w}/number_pairs.jsonl"],
+     ["number_pairs.jsonl: the first row's chosen is a number, not text"]),
     ("a config.json that is a list", ["train", "preset=sft", "model_name_or_path={w}/list_config_model"],
      ["config.json holds a list, not an object", "restore the model's config.json"]),
     ("a data file whose rows change shape",

@@ -128,6 +128,11 @@ class _BadRow(Exception):
 def _shape_of(first: dict, columns: set, where: str) -> Shape:
     label = next((key for key in LABELS if key in columns), None)
     shape = _messages_shape(first, columns, label) or _columns_shape(first, columns, label)
+    named = (*PROMPTS, *ANSWERS, "chosen", "rejected", "text")
+    if shape is None and (odd := next((key for key in named if key in first and not _text(first[key])
+                                       and not isinstance(first[key], list | dict)), None)):  # fmt: skip
+        what = {bool: "true or false", int: "a number", float: "a number"}.get(type(first[odd]), "null")
+        raise MpskitError(f"{where}: the first row's {odd} is {what}, not text", f"give every row's {odd} as text")
     if shape is None:
         raise MpskitError(
             f"cannot tell the format of {where} from its columns ({', '.join(sorted(columns)) or 'none'})",
