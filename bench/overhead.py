@@ -86,6 +86,17 @@ def main() -> int:
     return 0 if wall <= WALL_TARGET and peak <= PEAK_TARGET else 1
 
 
+def summary(results: dict | None = None) -> str:
+    """The docs' lines (docs/measurements.md, through scripts/docs_tables.py) from the last results."""
+    results = results or json.loads((ROOT / "bench" / "results" / "overhead.json").read_text())
+    rows = [f"| {name} | {spread(figures['wall_s'], 1)} | {spread(figures['peak_gb'])} |"
+            for name, figures in results["measured"].items()]  # fmt: skip
+    ratio = results["ratios"]
+    return "\n".join(["| command | wall s | peak RSS GB |", "| --- | --- | --- |", *rows, "",
+                      f"mpskit over plain LLaMA-Factory: wall {ratio['wall']:.2f}x (target 1.0), "
+                      f"peak {ratio['peak']:.2f}x (target 1.05)."])  # fmt: skip
+
+
 def ratios(measured: dict) -> dict[str, float]:
     """mpskit's medians over plain LLaMA-Factory's."""
     ours, theirs = measured["mpskit train"], measured["llamafactory-cli train"]

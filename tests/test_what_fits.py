@@ -60,3 +60,10 @@ def test_the_gguf_figures_are_the_benchs():
 
     assert docs_tables.block("gguf") == gguf_export.table(), "run: python scripts/docs_tables.py"
     assert docs_tables.block("gguf-line") == gguf_export.summary(), "run: python scripts/docs_tables.py"
+
+
+def test_the_overhead_figures_are_the_benchs():
+    """docs/measurements.md's lines on what mpskit adds are bench/overhead.py's last results."""
+    import overhead
+
+    assert docs_tables.block("overhead") == overhead.summary(), "run: python scripts/docs_tables.py"
