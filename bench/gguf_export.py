@@ -91,12 +91,12 @@ LAUNCHER = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1
             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)")
 
 
-def peak_of(command: list[str]) -> tuple[float, float, str]:
+def peak_of(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
     """A fresh process's wall seconds, its peak RSS in GB (the kernel's figure for that one process, through
     a launcher that has no other child), and its stdout."""
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", LAUNCHER, *command], capture_output=True, text=True,
-                          env=fresh_process_env(OFFLINE))  # fmt: skip
+                          env=fresh_process_env({**OFFLINE, **(env or {})}))  # fmt: skip
     wall = time.perf_counter() - started
     if done.returncode:
         raise MpskitError(f"{' '.join(command[2:5])} failed: {done.stderr.strip()[-300:]}", "run it alone")
