@@ -34,9 +34,6 @@ from mpskit.engine.quantized import trim_heap
 from mpskit.rundir.record import Measured
 
 GB = 1024**3
-# Reading the shared libraries' pages walks every mapping of the process (/proc/self/smaps): 50-200 ms
-# on a training process, each time. A new high-water mark reads them again only this long after the last.
-UNCOUNTED_EVERY_S = 30.0
 
 
 def _max_rss_bytes() -> int:
@@ -93,7 +90,6 @@ class MemoryMonitor(TrainerCallback):
         self.baseline = self._read()
         self.uncounted = 0  # bytes in the readings that are not the run's, as of the last count
         self._uncounted_loading = 0  # as counted when training began
-        self._uncounted_read_at = -UNCOUNTED_EVERY_S  # when they were last read (seconds since start)
         self.samples: list[tuple[float, int]] = []  # (seconds since start, bytes), one per 0.25 s at most
         self.peak = self.baseline
         self.loaded = self.baseline  # after the model loads, before the first step
@@ -129,26 +125,20 @@ class MemoryMonitor(TrainerCallback):
     def update_exact_peak(self) -> None:
         """Counts the device's own high-water mark when it rose above every one seen, and then what in
         the readings is not the run's: as of the peak, not after it (libraries a later save or
-        evaluation first uses were not in it), read again at most every UNCOUNTED_EVERY_S (a figure
-        from before a peak counts fewer library pages: the peak reads high, never low). The stretch's
-        peak is its own mark's where mpskit resets the mark (CUDA), else the mark where it rose within
-        the stretch; less what was not the run's as last counted."""
+        evaluation first uses were not in it). The stretch's peak is its own mark's where mpskit resets
+        the mark (CUDA), else the mark where it rose within the stretch; less what was not the run's as
+        last counted."""
         if self._read_peak is None:
             return
         value = self._read_peak()
         rose = value > self._last_exact
         if rose:
             self._last_exact = value
-            if self._now() - self._uncounted_read_at >= UNCOUNTED_EVERY_S:
-                self._count_uncounted()
+            self.uncounted = self._read_uncounted()
             self.peak = max(self.peak, value - self.uncounted)
             self._observe(value)
         if rose or self._reset_peak:
             self.stretch_peak = max(self.stretch_peak, value - self.uncounted)
-
-    def _count_uncounted(self) -> None:
-        self.uncounted = self._read_uncounted()
-        self._uncounted_read_at = self._now()
 
     def _mark(self, evaluation_next: bool = False) -> int:
         """The peak of the stretch that ends now; the next stretch starts from the memory now. Before an
@@ -172,7 +162,7 @@ class MemoryMonitor(TrainerCallback):
         return self.peak - self.baseline
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._count_uncounted()
+        self.uncounted = self._read_uncounted()
         self.loaded = self._read() - self.uncounted
         self.update_exact_peak()
         self.loading_peak = self.peak
