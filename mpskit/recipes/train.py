@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from mpskit.recipes.checks import check_device, check_disk, check_packages, chec
 from mpskit.run.attempts import run_attempts
 from mpskit.run.awake import kept_awake
 from mpskit.run.quiet import log_lines
-from mpskit.run.signals import STOP_SIGNALS
+from mpskit.run.signals import Held, Stopped
 from mpskit.run.summary import summary_lines
 from mpskit.rundir.checkpoints import checkpoints
 from mpskit.rundir.folder import (
@@ -154,13 +153,9 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
         hide_accelerators()
     check_with_engine(run.args)
     ladder = ladder_for(run)
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # one that comes meanwhile waits for _stop_recorded
-    try:
+    with Held() as held:  # a stop signal while the folder is written waits for it to be whole
         run_dir = write_run_dir(run, env, command or sys.argv, memory_plan, ladder)
-    except BaseException:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        raise
-    with _stop_recorded(run_dir):
+    with _stop_recorded(run_dir, held.signal_name):
         print(f"mpskit: run directory {run_dir.path}", file=sys.stderr)
         for note in memory_plan.changes if memory_plan else []:
             print(f"mpskit: planner: {note}", file=sys.stderr)
@@ -168,19 +163,20 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
 
 
 @contextlib.contextmanager
-def _stop_recorded(run: RunDir) -> Iterator[None]:
-    """A signal from the moment the run folder exists (blocked until here) to the moment its attempt's
-    own guard records it (the command line's SIGTERM/SIGHUP exit, Ctrl-C): recorded as an attempt
-    stopped before training began, so the record says what happened and --resume starts it."""
+def _stop_recorded(run: RunDir, held: str | None) -> Iterator[None]:
+    """A signal from the moment the run folder exists (HELD while it was written) to the moment its
+    attempt's own guard records it (the command line's SIGTERM/SIGHUP exit, Ctrl-C): recorded as an
+    attempt stopped before training began, so the record says what happened and --resume starts it."""
     attempts = len(run.record.attempts)
     try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        if held:
+            raise Stopped(held, "before training began")
         yield
-    except (SignalExit, KeyboardInterrupt) as stop:
+    except (Stopped, SignalExit, KeyboardInterrupt) as stop:
         now = RunDir.open(run.path)
         if len(now.record.attempts) != attempts:  # the attempt recorded its own end
             raise
-        name = stop.signal_name if isinstance(stop, SignalExit) else "SIGINT"
+        name = getattr(stop, "signal_name", "SIGINT")  # KeyboardInterrupt: Ctrl-C
         now.add_attempt(Attempt(attempts + 1, outcome=f"stopped by {name} before training began"))
         raise Interrupted(run.path, None) from None
 

@@ -99,6 +99,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
     guard, monitor = SignalGuard(), None
     with guard:  # to the end of the record: a signal while it is written only notes itself (signals.py)
         try:
+            guard.deliver_held()
             lf.import_engine()  # torch, transformers, LLaMA-Factory: slow the first time
             from mpskit.run.callbacks import OnTrainBegin, StopOnDivergence, StopOnSignal
             from mpskit.run.monitor import MemoryMonitor

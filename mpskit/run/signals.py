@@ -40,9 +40,12 @@ class SignalGuard:
     def __enter__(self) -> SignalGuard:
         for number in STOP_SIGNALS:
             self._previous[number] = signal.signal(number, self._handle)
-        # one that came while the out-of-memory re-exec blocked them (cli.py) is delivered here, and recorded
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         return self
+
+    def deliver_held(self) -> None:
+        """One that came while the out-of-memory re-exec blocked them (cli.py) is delivered here, inside
+        the attempt, and recorded as its stop."""
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def __exit__(self, *exc) -> None:
         for number, handler in self._previous.items():
@@ -59,6 +62,27 @@ class SignalGuard:
             raise Stopped(name, "a second time, while stopping")
         self.signal_name = name
         print(f"\nmpskit: {name}: saving a checkpoint at the end of this step (again: stop at once)", file=sys.stderr)
+
+
+class Held:
+    """Within: a stop signal is kept, not acted on (signal_name: the first one's), so that what is being
+    written is whole first; the one who asked acts on it after."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> Held:
+        for number in STOP_SIGNALS:
+            self._previous[number] = signal.signal(number, self._keep)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _keep(self, signum, frame) -> None:
+        self.signal_name = self.signal_name or signal.Signals(signum).name
 
 
 def note_only(signum, frame) -> None:
