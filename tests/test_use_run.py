@@ -296,8 +296,13 @@ def test_eval_of_a_foodpo_run_reports_what_its_training_evaluation_reported(tiny
     assert trained.returncode == 0, trained.stderr[-2000:]
     run_dir = (tmp_path / "output" / "fd" / "latest").resolve()
     training = json.loads((run_dir / "all_results.json").read_text())
-    both = run_mpskit("eval", str(run_dir), str(finished_run), cwd=tmp_path)  # the SFT run has no held-out pairs
-    assert both.returncode == 2 and both.stderr.strip().splitlines()[-1].startswith(f"mpskit: error: {finished_run}")
+    unjudged = tmp_path / "no_held_out"  # the SFT run without its eval_dataset: nothing to judge it on
+    shutil.copytree(finished_run, unjudged)
+    written = unjudged / "llamafactory.yaml"
+    written.write_text("".join(line + "\n" for line in written.read_text().splitlines()
+                               if not line.startswith("eval_dataset:")))  # fmt: skip
+    both = run_mpskit("eval", str(run_dir), str(unjudged), cwd=tmp_path)
+    assert both.returncode == 2 and both.stderr.strip().splitlines()[-1].startswith(f"mpskit: error: {unjudged}")
     assert not (run_dir / "eval").exists()  # refused before the first run's evaluation, not after it
     result = run_mpskit("eval", str(run_dir), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
