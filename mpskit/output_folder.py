@@ -27,6 +27,7 @@ import psutil
 
 from mpskit.errors import MpskitError
 from mpskit.files import cannot_write, disk_full, writing
+from mpskit.lock_files import read_note
 
 MARK = ".mpskit-partial"  # inside a partial folder: {"pid": ..., "started": ...} of the process that made it
 
@@ -93,22 +94,15 @@ def clear_leftovers(out: Path) -> None:
 
 
 def _writer(path: Path) -> tuple[int, float] | None:
-    """(pid, start time) in PATH's mark; None when PATH is not a real folder holding a regular mark file."""
+    """(pid, start time) in PATH's mark; None when PATH is not a real folder holding a regular mark file
+    (lock_files.read_note reads it without following a link or blocking on a FIFO)."""
     try:
         if not stat.S_ISDIR(os.lstat(path).st_mode):
             return None
-        fd = os.open(path / MARK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        mark = json.loads(os.read(fd, 200))
+        mark = json.loads(read_note(path / MARK) or "null")
         return int(mark["pid"]), float(mark["started"])
-    except (ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError):
         return None
-    finally:
-        os.close(fd)
 
 
 def _alive(pid: int, started: float) -> bool:
