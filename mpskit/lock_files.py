@@ -127,15 +127,23 @@ def leave_note(path: Path, doing: str) -> int | None:
         return fd
 
 
-def holder_of(folder: Path, note: Path) -> str | None:
-    """Who holds FOLDER's lock now (hold_folder), from its NOTE; None when no one does."""
+def _lock_folder(folder: Path) -> int | None:
+    """A descriptor of FOLDER holding its exclusive lock, or None while another process holds it."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def holder_of(folder: Path, note: Path) -> str | None:
+    """Who holds FOLDER's lock now (hold_folder), from its NOTE; None when no one does."""
+    fd = _lock_folder(folder)
+    if fd is None:
         return read_note(note) or "another process"
-    finally:
-        os.close(fd)  # closing it drops a lock taken here
+    os.close(fd)  # closing it drops the lock taken here
     return None
 
 
@@ -144,14 +152,11 @@ def hold_folder(folder: Path, note: Path, doing: str) -> Iterator[None]:
     """One process at a time in FOLDER: an exclusive lock on the folder itself, which the kernel
     releases when the process ends, however it ends. A second process is told who holds it, from the
     NOTE the holder leaves while it works."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = _lock_folder(folder)
+    if fd is None:
         holder = read_note(note) or "another process"
         fix = "wait until it ends (or stop it), then run this again"
-        raise MpskitError(f"{folder} is in use by {holder}", fix) from None
+        raise MpskitError(f"{folder} is in use by {holder}", fix)
     try:
         note_fd = leave_note(note, doing)
     except BaseException:
