@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from mpskit import __version__
+from mpskit.collector import before_exit
 from mpskit.errors import Interrupted, MpskitError, NextRung
 from mpskit.run.quiet import VERBOSE_VARIABLE, keep_running_without_a_screen
 from mpskit.run.signals import STOP_SIGNALS
@@ -352,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nmpskit: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if argv is None:  # the command line's own process: its exit need not walk the libraries' objects
+            before_exit()
 
 
 HANDLERS = {

@@ -85,7 +85,7 @@ def test_plan_reads_keys_without_importing_llamafactory():
 def test_templates_and_their_stop_words_are_read_without_importing_llamafactory():
     from llamafactory.data.template import TEMPLATES
 
-    assert lf.template_stop_words() == {name: template.stop_words for name, template in TEMPLATES.items()}
+    assert lf.templates_in_source() == {name: template.stop_words for name, template in TEMPLATES.items()}
 
 
 def test_plain_fields_are_typed_as_hfargumentparser_types_them():

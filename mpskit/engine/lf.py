@@ -9,10 +9,13 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import functools
 import importlib.util
+import sys
 from pathlib import Path
 
 from mpskit.datasets.token_lengths import read_tokenizer
+from mpskit.collector import libraries_imported
 from mpskit.errors import MpskitError
 from mpskit.files import write_atomic
 from mpskit.rundir.folder import args_text
@@ -49,9 +52,10 @@ def key_names() -> set[str]:
     return set(argument_annotations())
 
 
+@functools.cache
 def argument_annotations() -> dict[str, str | None]:
     """Each key of llamafactory-cli train's argument classes and its type annotation as source text
-    (None where the field names choices), read with `ast` from the installed sources."""
+    (None where the field names choices), read with `ast` from the installed sources, once a process."""
     classes: dict[tuple[str, str], tuple[list[str], dict]] = {}  # (package, name) -> (bases, fields)
     aliases: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (package, local name) -> where it comes from
     for package, pattern in ARGUMENT_SOURCES.items():
@@ -124,8 +128,17 @@ def check_template(args: dict) -> None:
 
 
 def template_stop_words() -> dict[str, list[str]]:
-    """Each template LLaMA-Factory registers and its stop words, read from its data/template.py with
-    `ast` (importing it imports torch: seconds). A test checks them against its own TEMPLATES."""
+    """Each template LLaMA-Factory registers and its stop words: from its TEMPLATES where `train` has
+    imported it already, else from its source (importing it imports torch: seconds)."""
+    imported = sys.modules.get("llamafactory.data.template")
+    if imported is not None:
+        return {name: list(template.stop_words) for name, template in imported.TEMPLATES.items()}
+    return templates_in_source()
+
+
+def templates_in_source() -> dict[str, list[str]]:
+    """template_stop_words() read from LLaMA-Factory's data/template.py with `ast`. A test checks them
+    against its own TEMPLATES."""
     path = Path(importlib.util.find_spec("llamafactory").submodule_search_locations[0]) / "data" / "template.py"
     templates = {}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -248,11 +261,12 @@ def write_yaml(args: dict, path: str | Path) -> Path:
 
 def import_engine():
     """Import LLaMA-Factory's training entry point (and with it torch, transformers, peft, trl, and
-    bitsandbytes where it is installed)."""
-    from mpskit.engine.quantized import import_bitsandbytes
+    bitsandbytes where it is installed), outside the cycle collector (collector.py)."""
+    with libraries_imported():
+        from mpskit.engine.quantized import import_bitsandbytes
 
-    import_bitsandbytes()  # first: peft and LLaMA-Factory import it too, and it speaks as it is imported
-    from llamafactory.train.tuner import run_exp
+        import_bitsandbytes()  # first: peft and LLaMA-Factory import it too, and it speaks as it is imported
+        from llamafactory.train.tuner import run_exp
 
     return run_exp
 

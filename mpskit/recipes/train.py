@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mpskit.datasets.plain_data import dataset_info_text, moved_to, row_counts
 from mpskit.engine import lf
+from mpskit.collector import libraries_imported
 from mpskit.engine.bends import hide_accelerators
 from mpskit.engine.environment import enter_run_environment
 from mpskit.errors import Interrupted, MpskitError, NextRung, SignalExit
@@ -140,8 +141,8 @@ def ladder_for(run: ResolvedRun) -> Ladder:
 def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     """Run one training job end to end: write its run folder, then continue it the way `--resume`
     and every torchrun rank do; returns the run directory. The environment and device hiding come
-    first, before the engine's checks import LLaMA-Factory (and torch); a misspelt key is answered
-    before either, from the argument classes' source (lf.key_names)."""
+    first, before LLaMA-Factory (and torch) is imported for the engine's checks; a misspelt key is
+    answered before either, from the argument classes' source (lf.key_names)."""
     check_trains(run.args)
     check_packages(run.args)
     run, memory_plan = prepare(run)
@@ -149,8 +150,10 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     lf.check_keys(run.args, lf.key_names())
     check_disk(run)
     env = export_environment(run)
-    if run.hide_mps:
-        hide_accelerators()
+    with libraries_imported():
+        if run.hide_mps:
+            hide_accelerators()
+        lf.import_engine()
     check_with_engine(run.args)
     ladder = ladder_for(run)
     with Held() as held:  # a stop signal while the folder is written waits for it to be whole

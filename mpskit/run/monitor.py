@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
 import psutil
 from transformers import TrainerCallback
 
@@ -34,6 +35,7 @@ from mpskit.engine.quantized import trim_heap
 from mpskit.rundir.record import Measured
 
 GB = 1024**3
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _max_rss_bytes() -> int:
@@ -45,13 +47,40 @@ def _max_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
 
 
-def _library_bytes(process: psutil.Process) -> int:
-    """Resident pages of the shared libraries (.so files) the process maps; 0 where psutil cannot list
-    the mappings (macOS). Reading them takes ~50 ms."""
+def _library_ranges() -> list[tuple[int, int]]:
+    """The address ranges where shared libraries (.so files) are mapped, adjacent ones merged."""
+    ranges: list[tuple[int, int]] = []
+    with open("/proc/self/maps", "rb") as maps:
+        for line in maps:
+            fields = line.split(None, 5)
+            if len(fields) < 6 or b".so" not in os.path.basename(fields[5].rstrip()):
+                continue
+            start, end = (int(address, 16) for address in fields[0].split(b"-"))
+            if ranges and ranges[-1][1] == start:
+                start = ranges.pop()[0]
+            ranges.append((start, end))
+    return ranges
+
+
+def _library_bytes() -> int:
+    """Resident pages of the shared libraries the process maps; 0 where the kernel has no page map
+    (macOS). Linux's /proc/self/pagemap has 8 bytes per page, bit 63 set where the page is present:
+    about 20 ms for torch's 3 GB of library mappings, where reading /proc/self/smaps takes 60 ms."""
     try:
-        return sum(region.rss for region in process.memory_maps() if ".so" in os.path.basename(region.path))
-    except (AttributeError, NotImplementedError, psutil.Error):
+        ranges = _library_ranges()
+        pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    except OSError:
         return 0
+    present = 0
+    try:
+        for start, end in ranges:
+            entries = os.pread(pagemap, (end - start) // PAGE * 8, start // PAGE * 8)
+            present += int(np.count_nonzero(np.frombuffer(entries, dtype="<u8") >> np.uint64(63)))
+    except OSError:
+        return 0
+    finally:
+        os.close(pagemap)
+    return present * PAGE
 
 
 def library_growth() -> Callable[[], int]:
@@ -62,9 +91,8 @@ def library_growth() -> Callable[[], int]:
     the run: a freshly installed venv maps about twice as many of libtorch's pages (libtorch_cpu.so:
     106 MB against 53 MB after the same import), which read as 15-30% more training memory on the tiny
     model. So the CPU's figures leave them out."""
-    process = psutil.Process()
-    at_start = _library_bytes(process)
-    return lambda: max(0, _library_bytes(process) - at_start)
+    at_start = _library_bytes()
+    return lambda: max(0, _library_bytes() - at_start)
 
 
 def memory_reader(device: str):
