@@ -14,8 +14,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from mpskit.datasets.token_lengths import read_tokenizer
 from mpskit.collector import libraries_imported
+from mpskit.datasets.token_lengths import read_tokenizer
 from mpskit.errors import MpskitError
 from mpskit.files import write_atomic
 from mpskit.rundir.folder import args_text

@@ -14,9 +14,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from mpskit.collector import libraries_imported
 from mpskit.datasets.plain_data import dataset_info_text, moved_to, row_counts
 from mpskit.engine import lf
-from mpskit.collector import libraries_imported
 from mpskit.engine.bends import hide_accelerators
 from mpskit.engine.environment import enter_run_environment
 from mpskit.errors import Interrupted, MpskitError, NextRung, SignalExit
