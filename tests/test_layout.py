@@ -13,7 +13,7 @@ from conftest import ROOT
 # Floors, bottom first: a module may import any mpskit module on its own floor or below.
 FLOORS = [
     {"mpskit", "mpskit.errors", "mpskit.stages", "mpskit.rundir", "mpskit.temporary", "mpskit.lock_files",
-     "mpskit.output_folder", "mpskit.self_command", "mpskit.presets", "mpskit.files"},
+     "mpskit.output_folder", "mpskit.self_command", "mpskit.presets", "mpskit.files", "mpskit.collector"},
     {"mpskit.export"},
     {"mpskit.machine"},
     {"mpskit.datasets"},
