@@ -107,6 +107,18 @@ def test_sigterm_while_the_model_loads_ends_with_a_record_and_resume_starts_it_a
     assert attempts[-1]["outcome"] == "finished" and attempts[-1]["resumed_from"] is None
 
 
+def test_a_stop_a_library_swallows_before_training_still_ends_the_attempt(tmp_path, tiny_model):
+    """`datasets` hashes the tokenizing transform inside a bare `except:`: a SIGTERM there used to raise
+    the guard's stop into it, and the run trained on to the end with exit 0."""
+    child = start(tmp_path, tiny_model, "swallowed", steps=2, env={"MPSKIT_FAKE_SIGNAL_IN_HASHING": "SIGTERM"})
+    _, stderr = child.communicate(timeout=300)
+    assert child.returncode == 130, stderr[-3000:]
+    assert "couldn't be hashed properly" in stderr  # the signal did land inside datasets' `except:`
+    run_dir = next((tmp_path / "output" / "swallowed").glob("*/mpskit.json")).parent
+    assert record(run_dir)["attempts"][-1]["outcome"] == "stopped by SIGTERM before training began"
+    assert not checkpoints(run_dir) and not (run_dir / "trainer_log.jsonl").exists()
+
+
 def test_two_sigterms_stop_at_once_and_keep_the_last_complete_checkpoint(tmp_path, tiny_model):
     child = start(tmp_path, tiny_model, "twice", steps=200)
     log = tmp_path / "output" / "twice" / "latest" / "trainer_log.jsonl"

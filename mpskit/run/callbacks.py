@@ -11,7 +11,7 @@ import torch
 from transformers import TrainerCallback
 
 from mpskit.errors import MpskitError
-from mpskit.run.signals import SignalGuard
+from mpskit.run.signals import SignalGuard, Stopped
 
 
 class StopOnSignal(TrainerCallback):
@@ -22,6 +22,10 @@ class StopOnSignal(TrainerCallback):
         self.guard = guard
 
     def on_train_begin(self, args, state, control, **kwargs):
+        """A stop that came before and did not end the attempt ends it here: a library caught its raise
+        (`datasets` hashes a transform inside a bare `except:`, and a signal there was lost)."""
+        if self.guard.signal_name:
+            raise Stopped(self.guard.signal_name, "before training began")
         self.guard.phase = "training"
         return control
 

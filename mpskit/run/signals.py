@@ -57,6 +57,7 @@ class SignalGuard:
             note_only(signum, frame)
             return
         if self.phase != "training":
+            self.signal_name = self.signal_name or name  # a library's bare `except:` may swallow the raise
             raise Stopped(name, self.phase)
         if self.signal_name:
             raise Stopped(name, "a second time, while stopping")

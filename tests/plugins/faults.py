@@ -16,7 +16,9 @@ it in its server), and so does the test process itself (conftest.py).
   interpreter starts: the writer is imported only then);
 - MPSKIT_FAKE_SIGNAL_AFTER_RUN_FOLDER=SIGHUP (or another): that signal as soon as `mpskit train` has
   written its run folder, before the attempt's guard (read as the interpreter starts);
-- MPSKIT_FAKE_SIGNAL_AFTER_SUMMARY=SIGTERM: that signal once the run's summary is printed.
+- MPSKIT_FAKE_SIGNAL_AFTER_SUMMARY=SIGTERM: that signal once the run's summary is printed;
+- MPSKIT_FAKE_SIGNAL_IN_HASHING=SIGTERM: that signal as `datasets` first hashes a transform inside a
+  training attempt, within its bare `except:` (read as the interpreter starts).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ MOVE_KILL_VARIABLE = "MPSKIT_FAKE_KILL_BEFORE_MOVE"
 GGUF_KILL_VARIABLE = "MPSKIT_FAKE_KILL_IN_GGUF"
 SIGNAL_AFTER_FOLDER_VARIABLE = "MPSKIT_FAKE_SIGNAL_AFTER_RUN_FOLDER"
 SIGNAL_AFTER_SUMMARY_VARIABLE = "MPSKIT_FAKE_SIGNAL_AFTER_SUMMARY"
+SIGNAL_IN_HASHING_VARIABLE = "MPSKIT_FAKE_SIGNAL_IN_HASHING"
 
 
 def synthetic_error(step: int) -> RuntimeError:
@@ -107,6 +110,8 @@ def install() -> None:
     plain = lf.run
 
     def run_with_faults(spec, callbacks: list | None = None) -> tuple[dict, dict]:
+        if os.environ.get(SIGNAL_IN_HASHING_VARIABLE):
+            _signal_while_datasets_hashes(getattr(signal, os.environ[SIGNAL_IN_HASHING_VARIABLE]))
         return plain(spec, callbacks=[*(callbacks or []), *faults_for(spec.args)])
 
     run_with_faults.with_faults = True
@@ -172,3 +177,19 @@ def _signal_after_the_summary(number: int) -> None:
 
 
 install()
+
+
+def _signal_while_datasets_hashes(number: int) -> None:
+    """The signal once, as `datasets` hashes a transform for its cache: inside `update_fingerprint`'s
+    bare `except:`, which swallows whatever the handler raises there."""
+    from datasets.fingerprint import Hasher
+
+    plain = Hasher.update
+
+    def update(self, value) -> None:
+        if callable(value) and not getattr(Hasher, "signalled", False):
+            Hasher.signalled = True
+            os.kill(os.getpid(), number)  # its handler runs at the next line of Python: within the `try`
+        plain(self, value)
+
+    Hasher.update = update
