@@ -14,16 +14,24 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
+_FROZEN = False  # the libraries' objects are out of the collector's walks already
+
 
 @contextlib.contextmanager
 def libraries_imported() -> Iterator[None]:
-    """Within: no collection. After: everything made so far is out of every later collection. Nested
-    uses collect nothing until the outermost ends."""
+    """The first time in a process: no collection within; after it, everything made so far is out of
+    every later collection. Later uses change nothing: the libraries are imported by then, and what
+    they would freeze is the process's own, garbage included (a test process's old models)."""
+    global _FROZEN
+    if _FROZEN:
+        yield
+        return
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        _FROZEN = True
         gc.freeze()
         if enabled:
             gc.enable()
