@@ -256,7 +256,7 @@ def test_the_cpus_heap_sits_under_either_peak_with_and_without_checkpointing():
 def test_a_qwen_run_costs_gigabytes_not_megabytes():
     result = estimate(QWEN25_05B, Knobs(batch=4, cutoff_len=512, checkpointing=False), "dpo", "cpu")
     assert 5 * GB < result.training < 60 * GB
-    assert result.total == result.training + result.framework
+    assert result.total == result.training + result.framework + result.libraries
 
 
 def test_qlora_4bit_quantizes_only_the_decoder_linear_layers():

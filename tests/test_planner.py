@@ -99,7 +99,7 @@ def test_plan_prints_a_verdict_and_a_choice_for_qwen15_foodpo_on_16gb_m1_pro():
     assert "chosen     batch" in result.stdout
     assert "also fits" in result.stdout
     assert (
-        "budget     11.60 GB = min(MPS cap 12.48 GB, 16 GB RAM - 3.5 GB headroom - 0.9 GB framework)" in result.stdout
+        "budget     11.57 GB = min(MPS cap 12.48 GB, 16 GB RAM - 3.5 GB headroom - 0.93 GB framework)" in result.stdout
     )
 
 

@@ -37,7 +37,7 @@ def budget_for(
         cap = hard_cap_gb(hw)
         ram_left = hw.ram_gb - headroom - framework_gb
         why = (
-            f"min(MPS cap {cap:.2f} GB, {hw.ram_gb} GB RAM - {headroom} GB headroom - {framework_gb:.1f} GB framework)"
+            f"min(MPS cap {cap:.2f} GB, {hw.ram_gb} GB RAM - {headroom} GB headroom - {framework_gb:.2f} GB framework)"
         )
         return Budget(int(min(cap, ram_left) * GB), why)
     ram, what = hw.ram_gb, "RAM"
@@ -47,5 +47,5 @@ def budget_for(
         ram, what = psutil.virtual_memory().available / GB, "available RAM"
     share = f" / {processes} processes" if processes > 1 else ""
     gb = (ram - headroom) / processes - framework_gb
-    why = f"({ram:.1f} GB {what} - {headroom} GB headroom){share} - {framework_gb:.1f} GB framework"
+    why = f"({ram:.1f} GB {what} - {headroom} GB headroom){share} - {framework_gb:.2f} GB framework"
     return Budget(int(gb * GB), why)

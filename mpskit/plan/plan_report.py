@@ -78,6 +78,7 @@ def _estimate_lines(plan: Plan, shown: Option) -> list[str]:
     lines.append(f"  {'= peak':22} {_gb(estimate.training)}  ({estimate.peak_moment})")
     where = "host RAM, outside the GPU budget" if plan.device == "cuda" else "taken out of the RAM budget already"
     lines.append(f"  {'+ framework (imports)':22} {_gb(estimate.framework)}  ({where})")
+    lines.append(f"  {'+ libraries in use':22} {_gb(estimate.libraries)}  (their code the run first runs; {where})")
     return lines
 
 

@@ -189,7 +189,8 @@ def plan(
                       tokens_per_second(dims, knobs, stage, device, speed, half_is_fast, lengths))  # fmt: skip
 
     asked_option = option(asked)
-    budget = budget_for(hw, device, asked_option.estimate.framework, budget_gb, processes_per_node)
+    outside = asked_option.estimate.framework + asked_option.estimate.libraries  # RAM the run's figure leaves out
+    budget = budget_for(hw, device, outside, budget_gb, processes_per_node)
     limit = budget.training_bytes * (1 - SAFETY_MARGIN)
     if asked.finetuning != "lora":
         pinned = set(pinned) | {"lora_rank"}

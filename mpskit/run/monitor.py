@@ -244,6 +244,7 @@ class MemoryMonitor(TrainerCallback):
             loading_peak_gb=round((self.loading_peak - self.baseline) / GB, 4),
             step_gb=self._above_baseline(self.step_peak),
             eval_gb=self._above_baseline(self.eval_peak),
+            libraries_gb=round(self.uncounted / GB, 4),
             step_seconds=[round(b - a, 4) for a, b in itertools.pairwise(self.step_ends)],
             train_began_s=None if self.train_began_s is None else round(self.train_began_s, 2),
             eval_spans_s=[list(span) for span in self.eval_spans_s],

@@ -34,6 +34,7 @@ class Measured:
     loading_peak_gb: float = 0.0  # the highest until then
     step_gb: float | None = None  # the highest in training steps, evaluations left out (None: not kept apart)
     eval_gb: float | None = None  # the highest in a held-out evaluation (None: none ran, or not kept apart)
+    libraries_gb: float = 0.0  # shared libraries' pages first used after the baseline, at the peak: not in the above
     step_seconds: list[float] = field(default_factory=list)  # each optimizer step's wall time
     train_began_s: float | None = None  # seconds since the monitor started
     eval_spans_s: list[list[float]] = field(default_factory=list)  # [begin, end] of each evaluation
