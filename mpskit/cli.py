@@ -15,6 +15,7 @@ from typing import NoReturn
 from mpskit import __version__
 from mpskit.collector import before_exit
 from mpskit.errors import Interrupted, MpskitError, NextRung
+from mpskit.run.process_exit import exit_code_is, leave_after_python_exit
 from mpskit.run.quiet import VERBOSE_VARIABLE, keep_running_without_a_screen
 from mpskit.run.signals import STOP_SIGNALS
 from mpskit.self_command import mpskit_command
@@ -348,14 +349,21 @@ def _go_on_in_a_fresh_process(run_dir) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line; a Ctrl-C at any moment, even while a summary or an error line prints, is one line."""
+    command_line = argv is None
+    words = [word for word in sys.argv[1:] if word not in ("-v", "--verbose")]
+    if command_line and words[:1] in (["train"], ["rank"]):
+        leave_after_python_exit()  # a run's process: no C library's exit in its peak (process_exit.py)
+    code = None
     try:
-        return _main(argv)
+        code = _main(argv)
     except KeyboardInterrupt:
         print("\nmpskit: interrupted", file=sys.stderr)
-        return 130
+        code = 130
     finally:
-        if argv is None:  # the command line's own process: its exit need not walk the libraries' objects
+        if command_line:  # the command line's own process: its exit need not walk the libraries' objects
             before_exit()
+            exit_code_is(code)
+    return code
 
 
 HANDLERS = {

@@ -42,7 +42,8 @@ def test_the_heap_is_handed_back_before_every_evaluation_and_only_then(monkeypat
 def test_gnu_time_sees_a_peak_at_least_the_records(tmp_path, tiny_model):
     """The kernel's high-water mark is every outside tool's figure (GNU time, getrusage, a scheduler):
     the monitor never resets it, so the whole process's peak as they read it is at least the peak the
-    run recorded (which leaves out the shared libraries' pages)."""
+    run recorded with the shared libraries' pages it leaves out. The plan holds those pages. And at
+    most that, nearly: the C libraries' exit pages in nothing more (process_exit.py)."""
     command = ["/usr/bin/time", "-v", sys.executable, "-m", "mpskit.cli", "train", "preset=sft",
                f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "max_steps=2", "eval_steps=1",
                "run_name=timed", "--hardware", "cpu"]  # fmt: skip
@@ -52,7 +53,9 @@ def test_gnu_time_sees_a_peak_at_least_the_records(tmp_path, tiny_model):
     record = json.loads(next((tmp_path / "output" / "timed").glob("*/mpskit.json")).read_text())
     measured = record["memory"]["measured"]
     assert measured["eval_gb"] is not None and measured["step_gb"] is not None
-    assert int(kib) * 1024 >= measured["peak_gb"] * monitor.GB * 0.999
+    recorded = (measured["peak_gb"] + measured["libraries_gb"]) * monitor.GB
+    assert 0.999 * recorded <= int(kib) * 1024 <= 1.02 * recorded
+    assert 0 < measured["libraries_gb"] <= 1.5 * record["memory"]["predicted"]["libraries_gb"]
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="Linux's VmHWM")
