@@ -27,9 +27,20 @@ def private_folder(prefix: str, keep: bool = False) -> Path:
     return path
 
 
+_RECEIVED: list[int] = []  # each signal exit_on_sigterm raised, kept in case a library swallowed the exit
+
+
 def exit_on_sigterm(signum: int, frame: object) -> NoReturn:
     """SIGTERM as an exit that unwinds: `finally` blocks and the removals above run, children are killed."""
+    _RECEIVED.append(signum)
     raise SignalExit(signum)
+
+
+def exit_if_signalled() -> None:
+    """The exit of a SIGTERM or SIGHUP again, where a library's bare `except:` swallowed it (imports
+    have them: `try: import x` / `except:`). Call where no library's code is on the stack."""
+    if _RECEIVED:
+        raise SignalExit(_RECEIVED[0])
 
 
 def install_sigterm_exit() -> None:

@@ -119,6 +119,26 @@ def test_a_stop_a_library_swallows_before_training_still_ends_the_attempt(tmp_pa
     assert not checkpoints(run_dir) and not (run_dir / "trainer_log.jsonl").exists()
 
 
+SWALLOWED_EXIT = """
+import os, signal
+from mpskit.temporary import exit_if_signalled, install_sigterm_exit
+
+install_sigterm_exit()
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    sum(range(10))  # the handler runs here, within the try
+except:  # a library's import guard
+    pass
+exit_if_signalled()  # train() asks before it makes the run folder
+print("went on")
+"""
+
+
+def test_a_sigterm_a_library_swallows_before_the_run_folder_still_exits():
+    done = subprocess.run([sys.executable, "-c", SWALLOWED_EXIT], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 128 + signal.SIGTERM and "went on" not in done.stdout, done.stderr
+
+
 def test_two_sigterms_stop_at_once_and_keep_the_last_complete_checkpoint(tmp_path, tiny_model):
     child = start(tmp_path, tiny_model, "twice", steps=200)
     log = tmp_path / "output" / "twice" / "latest" / "trainer_log.jsonl"

@@ -50,6 +50,7 @@ from mpskit.rundir.trainer_log import read_log
 from mpskit.settings import knobs
 from mpskit.settings.resolve import ResolvedRun
 from mpskit.settings.run_spec import RunSpec
+from mpskit.temporary import exit_if_signalled
 
 VERSIONED = ("torch", "transformers", "peft", "trl", "llamafactory")
 
@@ -155,6 +156,7 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
             hide_accelerators()
         lf.import_engine()
     check_with_engine(run.args)
+    exit_if_signalled()  # a stop the libraries' imports or checks swallowed: no run folder is made
     ladder = ladder_for(run)
     with Held() as held:  # a stop signal while the folder is written waits for it to be whole
         run_dir = write_run_dir(run, env, command or sys.argv, memory_plan, ladder)
