@@ -142,6 +142,22 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
+def whole_run_table() -> str:
+    """docs/quantized.md's table (through scripts/docs_tables.py) from the results of each shape:
+    medians over the rounds, GB above the imports, and the plan's error against GNU time's figure."""
+    rows = ["| shape, arm | run's own peak | libraries' pages | GNU time's peak | plan's error |",
+            "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for shape in SHAPES:
+        results = json.loads((ROOT / "bench" / "results" / f"qlora-{shape}.json").read_text())
+        for arm in ARMS:
+            cases = [r[arm] for r in results["rounds"]]
+            median = {key: statistics.median(c[key] for c in cases) for key in
+                      ("training_gb", "libraries_gb", "whole_run_gb", "whole_run_plan_error")}  # fmt: skip
+            rows.append(f"| {shape}, {arm} | {median['training_gb']:.3f} | {median['libraries_gb']:.3f} | "
+                        f"{median['whole_run_gb']:.3f} | {median['whole_run_plan_error']:+.1%} |")  # fmt: skip
+    return "\n".join(rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="rounds of both cases (default 3)")

@@ -67,3 +67,10 @@ def test_the_overhead_figures_are_the_benchs():
     import overhead
 
     assert docs_tables.block("overhead") == overhead.summary(), "run: python scripts/docs_tables.py"
+
+
+def test_the_whole_run_figures_are_the_benchs():
+    """docs/quantized.md's plan against GNU time's peak is bench/qlora.py's last results, per shape."""
+    import qlora
+
+    assert docs_tables.block("qlora-whole-run") == qlora.whole_run_table(), "run: python scripts/docs_tables.py"
