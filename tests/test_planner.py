@@ -1,6 +1,7 @@
 """Budgets, the planner's search, and `mpskit plan` (no training: pure arithmetic on presets)."""
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -119,16 +120,16 @@ def test_the_machine_a_setting_needs_is_never_said_to_be_this_one():
 
     from mpskit.plan.advice import what_would_fit
 
-    # (the 16-bit embeddings pinned: a smallest setting whose "about N GB" rounds down)
-    run = resolve({"preset": "sft", "model_preset": "qwen2.5-7b", "cutoff_len": 4096, "quantize_embeddings": False},
-                  hardware="m1-8gb")  # fmt: skip
+    run = resolve({"preset": "sft", "model_preset": "qwen2.5-7b", "cutoff_len": 4096}, hardware="m1-8gb")
     result = plan_run(run)
-    needed = result.smallest.estimate.total / (1 - SAFETY_MARGIN) / GB + run.hardware.headroom_gb
-    just_below = replace(run.hardware, ram_gb=round(needed) if round(needed) < needed else needed - 0.01)
+    setting = result.smallest.estimate.total / (1 - SAFETY_MARGIN) / GB
+    headroom = math.floor(setting) + 1.3 - setting  # what the setting needs then ends in .3: "about N GB"
+    needed = setting + headroom
+    just_below = replace(run.hardware, ram_gb=round(needed), headroom_gb=headroom)  # a machine of N GB
     notes = what_would_fit(result, run.args, just_below, set())
     assert f"a machine with more RAM than this one's {just_below.ram_gb:g} GB (about {needed:.1f} GB)" in notes
     assert not any(note.startswith("a machine with about") for note in notes)
-    roomy = replace(run.hardware, ram_gb=needed + 1)
+    roomy = replace(just_below, ram_gb=needed + 1)
     assert not any(note.startswith("a machine") for note in what_would_fit(result, run.args, roomy, set()))
 
 
