@@ -7,6 +7,7 @@ Nothing here imports torch unless asked to (`detect(probe_torch=True)`), so `mps
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import os
 import platform
@@ -69,7 +70,10 @@ def at_least(version: str | None, minimum: str) -> bool:
         return False
 
 
+@functools.cache
 def installed_version(package: str) -> str | None:
+    """The installed version, read once a process (a plan loads a hardware profile for each machine it
+    weighs; each read parses the package's metadata)."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
