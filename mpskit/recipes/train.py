@@ -255,7 +255,7 @@ def continue_run(run: RunDir, data: dict[str, str] | None = None) -> Path:
         run.check_no_links()
         _find_data(run, data or {})
         checkpoint = run.last_checkpoint()
-        run.mend_log(checkpoint_step(checkpoint) or 0 if checkpoint else 0)
+        run.mend_log((checkpoint_step(checkpoint) or 0) if checkpoint else 0)
         if checkpoint is None and run.record.attempts:
             print(f"mpskit: {run.path} has no complete checkpoint; training it again from step 0", file=sys.stderr)
         with kept_awake(run.record.keep_awake), _summary_at_end(run.path):
