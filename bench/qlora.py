@@ -27,10 +27,10 @@ training peak vary by tenths of a GB between identical runs (dequantizing 4-bit 
 matmul frees many such buffers). `--fixed-mmap-threshold` runs both arms with MALLOC_MMAP_THRESHOLD_
 at 1 MiB, so buffers of 1 MiB and more go back to the system when freed: the same comparison with
 that noise left out. `--fp32` runs both arms with bf16=false: no autocast, so the bf16 shards compute in
-bf16 as stored (LLaMA-Factory loads them so).
+bf16 as stored (LLaMA-Factory loads them so). `--no-checkpointing` turns gradient checkpointing off.
 
-    python bench/qlora.py [--repeats 3] [--fixed-mmap-threshold] [--fp32] [--batch 2] [--shape 268m|85m]
-                          [--out FILE.json]
+    python bench/qlora.py [--repeats 3] [--fixed-mmap-threshold] [--fp32] [--no-checkpointing] [--batch 2]
+                          [--shape 268m|85m] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -163,6 +163,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="rounds of both cases (default 3)")
     parser.add_argument("--fixed-mmap-threshold", action="store_true", help="glibc's mmap threshold fixed at 1 MiB")
     parser.add_argument("--fp32", action="store_true", help="bf16=false: the shards compute as stored, no autocast")
+    parser.add_argument("--no-checkpointing", action="store_true", help="gradient checkpointing off")
     parser.add_argument("--batch", type=int, default=2, help="per_device_train_batch_size (default 2)")
     parser.add_argument("--shape", choices=list(SHAPES), default="268m", help="the model's shape (default 268m)")
     parser.add_argument("--out", help="also write the figures as JSON here")
@@ -178,7 +179,9 @@ def main() -> int:
         env = {"MALLOC_MMAP_THRESHOLD_": str(1024**2)} if ns.fixed_mmap_threshold else {}
         for i in range(ns.repeats):
             order = list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]
-            extra = {arm: [*ARMS[arm], *(["bf16=false"] if ns.fp32 else [])] for arm in order}
+            options = [*(["bf16=false"] if ns.fp32 else []),
+                       *(["disable_gradient_checkpointing=true"] if ns.no_checkpointing else [])]  # fmt: skip
+            extra = {arm: [*ARMS[arm], *options] for arm in order}
             figures = {arm: run_case(model, data, work / f"run-{i}-{arm}", extra[arm], env, ns.batch) for arm in order}
             rounds.append(figures)
             print(f"round {i + 1}: " + "; ".join(f"{arm} {json.dumps(figures[arm])}" for arm in ARMS), flush=True)

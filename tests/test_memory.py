@@ -7,6 +7,7 @@ import pytest
 from mpskit.plan.memory import (
     ACTIVATION_FACTOR,
     ATTENTION_GRADIENT_COPIES,
+    AUTOCAST_HALF_HEAP_KEPT_FRACTION,
     EVAL_CPU_OVERHEAD_BYTES,
     GB,
     LEAN_ATTENTION_BLOCK_COPIES,
@@ -132,7 +133,7 @@ def test_saved_activation_elements_per_token_and_layer():
     assert layer_activation_elements(TOY, knobs, fused=False) == (8 * 64 + 4 * 256 + 7 * 8, 4 * 128)
 
 
-def test_a_16_bit_base_under_autocast_on_cuda_saves_a_16_bit_copy_of_each_lora_input():
+def test_a_16_bit_base_under_autocast_saves_a_16_bit_copy_of_each_lora_input():
     bf16 = replace(TOY, checkpoint_dtype="bf16")
     knobs = Knobs(batch=1, cutoff_len=128, lora_rank=8, dtype="bf16", checkpointing=False)
     counted = 8 * 64 + 4 * 256 + 7 * 8
@@ -141,10 +142,25 @@ def test_a_16_bit_base_under_autocast_on_cuda_saves_a_16_bit_copy_of_each_lora_i
     # bitsandbytes' LoRA layers skip the cast under CUDA's autocast
     quantized = replace(knobs, quantization_bit=4)
     assert layer_activation_elements(bf16, quantized, fused=True, device="cuda") == (counted, 0)
-    # where the factors are calibrated (a heap), they cover the copies
-    assert layer_activation_elements(bf16, knobs, fused=True, device="cpu") == (counted, 0)
+    # measured on the CPU too; MPS borrows the CPU's float32 factors, which cover them
+    assert layer_activation_elements(bf16, knobs, fused=True, device="cpu") == (counted + 6 * 64, 0)
+    assert layer_activation_elements(bf16, knobs, fused=True, device="mps") == (counted, 0)
     steps = {device: estimate(bf16, knobs, "sft", device).parts["activations"] for device in ("cuda", "cpu")}
     assert steps["cuda"] == TOY.layers * 128 * (counted + 6 * 64) * 2  # every layer's, at 16 bits
+
+
+def test_a_16_bit_base_under_autocast_on_the_cpu_keeps_its_weights_as_the_file_s_pages():
+    """Its weights cost their bytes, and the heap keeps its own share (AUTOCAST_HALF_HEAP_KEPT_FRACTION)."""
+    bf16 = replace(QWEN25_05B, checkpoint_dtype="bf16")
+    knobs = Knobs(batch=2, cutoff_len=256, dtype="bf16", checkpointing=True, lean_logits=True)
+    under_autocast = estimate(bf16, knobs, "sft", "cpu").parts
+    assert under_autocast["weights"] == int(bf16.params() * 2)
+    share = AUTOCAST_HALF_HEAP_KEPT_FRACTION[True] * bf16.layers * layer_buffers(bf16, knobs, 512)
+    assert under_autocast["heap kept (CPU)"] == int(share)
+    # computed as stored (no autocast), the weights keep the fitted per-parameter factor
+    assert estimate(bf16, replace(knobs, dtype="fp32"), "sft", "cpu").parts["weights"] > bf16.params() * 2
+    # quantized, nothing is a mapped file page: the heap is trimmed instead
+    assert estimate(bf16, replace(knobs, quantization_bit=4), "sft", "cpu").parts["heap kept (CPU)"] < share
 
 
 def test_a_quantized_base_computed_as_stored_keeps_one_layer_s_heap_whatever_its_depth():
@@ -225,9 +241,10 @@ def test_lean_attention_costs_one_block_not_the_quadratic_term():
     assert not lean_attention_runs(knobs, "cpu", TOY) and not lean_attention_runs(knobs, "cuda", TOY)
     assert lean_attention_runs(knobs, "mps", TOY) and lean_attention_runs(replace(knobs, attention="eager"), "cpu", TOY)
     assert not lean_attention_runs(replace(knobs, lean_attention=False), "mps", TOY)
-    math = estimate(QWEN25_05B, replace(knobs, lean_attention=False), "sft", "mps")
-    lean = estimate(QWEN25_05B, knobs, "sft", "mps")
-    fused = estimate(QWEN25_05B, knobs, "sft", "cpu")  # fused SDPA, and the same allocator factors as MPS
+    float32 = replace(QWEN25_05B, checkpoint_dtype="fp32")  # under autocast: the same factors on MPS and the CPU
+    math = estimate(float32, replace(knobs, lean_attention=False), "sft", "mps")
+    lean = estimate(float32, knobs, "sft", "mps")
+    fused = estimate(float32, knobs, "sft", "cpu")  # fused SDPA
     quadratic = 4 * 14 * 4096 * 4096 * 4  # batch x heads x s x s, float32
     # one layer's backward: a few blocks of scores instead of the probabilities and their gradients
     assert math.parts["layer backward"] - lean.parts["layer backward"] > ATTENTION_GRADIENT_COPIES * quadratic
@@ -235,8 +252,8 @@ def test_lean_attention_costs_one_block_not_the_quadratic_term():
     assert 0 < lean.parts["layer backward"] - fused.parts["layer backward"] <= blocks
     # each layer saves q, k, v unrepeated (GQA: 2 of 14 heads) and a log-sum-exp: less than SDPA's q, k, v
     no_checkpointing = replace(knobs, checkpointing=False)
-    assert estimate(QWEN25_05B, no_checkpointing, "sft", "mps").parts["activations"] < (
-        estimate(QWEN25_05B, no_checkpointing, "sft", "cpu").parts["activations"]
+    assert estimate(float32, no_checkpointing, "sft", "mps").parts["activations"] < (
+        estimate(float32, no_checkpointing, "sft", "cpu").parts["activations"]
     )
 
 

@@ -97,6 +97,13 @@ NATIVE_HALF_HEAP_KEPT_FRACTION = {True: 0.85, False: 0.0}  # by gradient checkpo
 # 768, 12 layers, FFN 2048) +8.7% (the share: 15-17% under). Without checkpointing a trim comes between
 # every two layers' buffers, and nothing is kept.
 TRIMMED_NATIVE_HALF_HEAP = {"layer buffers": 4.0, "dequantized weights": 0.6}
+# A 16-bit checkpoint under autocast on the CPU (bf16=true over a bf16 base, unquantized) keeps its
+# weights as stored: they are the file's mapped pages and cost their bytes. Each LoRA layer saves the
+# 16-bit copy of its input, as on CUDA (LORA_INPUT_COPIES). Saved activations cost ACTIVATION_FACTOR, and
+# the heap keeps its own share of a layer's 16-bit buffers. The shares were fitted on bench/qlora.py's two
+# shapes (hidden 768 and 1024, SFT at cutoff 256): checkpointed at batch 1 and 4 (within 6%), not
+# checkpointed at batch 1 (4%). Batch 2, the bench's own, was held out: within 6% and 2%.
+AUTOCAST_HALF_HEAP_KEPT_FRACTION = {True: 0.22, False: 0.36}  # by gradient checkpointing
 MMAP_CEILING_BYTES = 32 * 1024**2
 # The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
 # matmul's output, and per scored position two hidden-sized rows: the gathered hidden state and its
@@ -444,8 +451,14 @@ def native_half(dims: ModelDims, knobs: Knobs) -> bool:
 
 def autocast_lora_copies(dims: ModelDims, knobs: Knobs, device: str) -> bool:
     """Whether each LoRA layer saves a 16-bit copy of its input (see LORA_INPUT_COPIES): a 16-bit base
-    under autocast, counted where tensors cost their bytes."""
-    return knobs.dtype != "fp32" and knobs.quantization_bit is None and exact_bytes(dims, knobs, device)
+    under autocast, counted where it was measured: CUDA and the CPU (AUTOCAST_HALF_HEAP_KEPT_FRACTION)."""
+    return autocast_half(dims, knobs) and device in ("cuda", "cpu")
+
+
+def autocast_half(dims: ModelDims, knobs: Knobs) -> bool:
+    """A 16-bit checkpoint, unquantized, computed under autocast in its own dtype."""
+    return (knobs.dtype != "fp32" and knobs.quantization_bit is None
+            and weight_width(dims, knobs) == DTYPE_BYTES[knobs.dtype])  # fmt: skip
 
 
 def exact_bytes(dims: ModelDims, knobs: Knobs, device: str) -> bool:
@@ -459,6 +472,12 @@ def exact_bytes(dims: ModelDims, knobs: Knobs, device: str) -> bool:
 def weight_factor(dims: ModelDims, knobs: Knobs, device: str) -> float:
     """Weights' and the other per-parameter parts' cost over their tensor bytes."""
     return 1.0 if exact_bytes(dims, knobs, device) else WEIGHT_FACTOR
+
+
+def frozen_weight_factor(dims: ModelDims, knobs: Knobs, device: str) -> float:
+    """The frozen weights' cost over their bytes: the per-parameter factor, or 1 where they are the
+    checkpoint file's mapped pages (a 16-bit checkpoint under autocast on the CPU)."""
+    return 1.0 if device == "cpu" and autocast_half(dims, knobs) else weight_factor(dims, knobs, device)
 
 
 def activation_factor(dims: ModelDims, knobs: Knobs, device: str) -> float:
@@ -480,8 +499,8 @@ def layer_buffers(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
 
 def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
     """What glibc keeps of the freed layer buffers of earlier steps, on the CPU (see HEAP_KEPT_FRACTION,
-    TRIMMED_HEAP_KEPT_FRACTION for a quantized run, and the NATIVE_HALF figures for a 16-bit checkpoint
-    computed as stored)."""
+    TRIMMED_HEAP_KEPT_FRACTION for a quantized run, the NATIVE_HALF figures for a 16-bit checkpoint
+    computed as stored, and AUTOCAST_HALF_HEAP_KEPT_FRACTION for one under autocast)."""
     cut, half = trimmed(knobs, "cpu"), native_half(dims, knobs)
     if half and cut:
         if not knobs.checkpointing:
@@ -492,6 +511,8 @@ def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
                    + TRIMMED_NATIVE_HALF_HEAP["dequantized weights"] * dequantized)  # fmt: skip
     if half:
         fraction = NATIVE_HALF_HEAP_KEPT_FRACTION[knobs.checkpointing]
+    elif autocast_half(dims, knobs):
+        fraction = AUTOCAST_HALF_HEAP_KEPT_FRACTION[knobs.checkpointing]
     else:
         fraction = (TRIMMED_HEAP_KEPT_FRACTION if cut else HEAP_KEPT_FRACTION)[knobs.checkpointing]
     return int(fraction * dims.layers * layer_buffers(dims, knobs, tokens))
@@ -517,7 +538,8 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     shard_states = knobs.world_size if knobs.zero_stage >= 2 else 1
     shard_weights = knobs.world_size if knobs.zero_stage >= 3 else 1
     per_weight = weight_factor(dims, knobs, device)
-    parts: dict[str, int] = {"weights": int(per_weight * weight_bytes(dims, knobs) / shard_weights)}
+    frozen = frozen_weight_factor(dims, knobs, device)
+    parts: dict[str, int] = {"weights": int(frozen * weight_bytes(dims, knobs) / shard_weights)}
 
     trainable = trainable_params(dims, knobs)
     # Trainable parameters are kept in float32 (LLaMA-Factory upcasts them).
