@@ -80,9 +80,10 @@ def worker(yaml_file: str, arm: str, device: str, out: str) -> None:
     monitor = MemoryMonitor(device)  # after the imports: its baseline
     math_path = sdpa_kernel(SDPBackend.MATH) if arm == "math" else contextlib.nullcontext()
     with math_path:
-        paths = lf.run(RunSpec.of({**args, "lean_logits": True, "lean_attention": arm == "lean"}), callbacks=[monitor])
-    if paths["lean_attention"]["training"] != ("lean" if arm == "lean" else None):
-        raise SystemExit(f"arm {arm}: lean attention ran as {paths['lean_attention']}")
+        _, attention, _ = lf.run(RunSpec.of({**args, "lean_logits": True, "lean_attention": arm == "lean"}),
+                                 callbacks=[monitor])  # fmt: skip
+    if attention["training"] != ("lean" if arm == "lean" else None):
+        raise SystemExit(f"arm {arm}: lean attention ran as {attention}")
     write_measured(monitor, out)
 
 

@@ -26,10 +26,10 @@ def test_a_training_run_replaces_each_listed_name_and_puts_it_back():
     during = [bend for bend in bends.BENDS if bend not in (bends.NO_ACCELERATOR, bends.SILENT, bends.AS_TRAINED)]
     targets = [target for bend in during for target in bend.targets]
     before = {target: bends.current(target) for target in targets}
-    with bends.training_bends(spec) as (lean, attention):
+    with bends.training_bends(spec) as (lean, attention, engine):
         assert [target for target in targets if bends.current(target) is before[target]] == []
         assert bends.current("llamafactory.train.dpo.trainer:CustomDPOTrainer").func.__name__ == "FooDPOTrainer"
-        assert lean.report and attention.report is not None
+        assert lean.report and attention.report is not None and engine == {}  # filled as training begins
     assert [target for target in targets if bends.current(target) is not before[target]] == []
 
 

@@ -105,8 +105,8 @@ def replaced(target: str, value: object) -> Iterator[None]:
 def training_bends(spec: RunSpec) -> Iterator[tuple]:
     """Within: every bend a training run of SPEC needs (the 4-bit ones for a quantized base). Gives
     the run's lean paths (lean_trainers.LeanPath, lean_attention.LeanAttention), whose reports say
-    which path ran."""
-    from mpskit.engine import lean_trainers, quantized, resumable
+    which path ran, and the report of the engine that ran (engine_ran.py)."""
+    from mpskit.engine import engine_ran, lean_trainers, quantized, resumable
     from mpskit.engine.lean_attention import LeanAttention
     from mpskit.engine.trainer_log import FullLogCallback
     from mpskit.stages import stage_of
@@ -121,6 +121,7 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
     # auto (None) lean attention runs only where the planner turned it on
     attention = LeanAttention(bool(spec.lean.lean_attention) and lean_stage)
     with contextlib.ExitStack() as stack:
+        engine = stack.enter_context(engine_ran.watched())
         stack.enter_context(replaced(LOG.targets[0], FullLogCallback))
         for target in RESUMABLE.targets:
             stack.enter_context(replaced(target, resumable.resumable(current(target))))
@@ -132,7 +133,7 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
             stack.enter_context(replaced(TRAINING_LAYOUT.targets[0], lambda: False))
             stack.enter_context(quantized.trim_between_layers())
         stack.enter_context(packed_vocabulary(spec))
-        yield lean, attention
+        yield lean, attention, engine
 
 
 @contextlib.contextmanager

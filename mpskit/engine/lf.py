@@ -276,11 +276,12 @@ def run(spec: RunSpec, callbacks: list | None = None) -> tuple[dict, dict]:
     the bends a run needs (bends.py lists them: the full trainer log, resumable trainers for pt, rm and
     kto, the lean trainers for SFT and DPO, fooDPO's for `stage: foodpo`, which runs as LLaMA-Factory's
     DPO workflow, and a quantized base's reading and layout).
-    Returns what each lean path did, lean logits' and lean attention's (for mpskit.json).
+    Returns what each lean path did, lean logits' and lean attention's, and the engine that ran (for
+    mpskit.json).
     """
     from mpskit.engine.bends import training_bends
 
     run_exp = import_engine()
-    with training_bends(spec) as (lean, attention):
+    with training_bends(spec) as (lean, attention, engine):
         run_exp(spec.engine_args(), callbacks=callbacks or [])
-    return lean.report, attention.report
+    return lean.report, attention.report, engine

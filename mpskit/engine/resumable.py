@@ -33,6 +33,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_pt_utils import nested_gather
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from mpskit.engine.engine_ran import note_trainer
 from mpskit.files import set_aside
 
 STAGING = ".saving"
@@ -64,7 +65,7 @@ def saved_progress(checkpoint: str | None, step: int) -> tuple[float, float] | N
 class _SeedLossSum(TrainerCallback):
     """Runs right after transformers zeroes its loss sum and starts its clock; on a resume, puts the
     earlier steps back: the checkpoint's own loss sum and training time, or (a checkpoint of an older
-    mpskit) the sum the logged means give."""
+    mpskit) the sum the logged means give. Then notes the engine that runs (engine_ran.py)."""
 
     def __init__(self, trainer) -> None:
         self.trainer = weakref.ref(trainer)  # no cycle: a failed trainer is freed as soon as it is dropped
@@ -78,6 +79,7 @@ class _SeedLossSum(TrainerCallback):
                 trainer._total_loss_scalar = logged_loss_sum(state.log_history, state.global_step)
             else:
                 trainer._total_loss_scalar, trainer.mpskit_earlier_s = saved
+        note_trainer(trainer)  # the engine that runs, as configured (engine_ran.py)
         return control
 
 

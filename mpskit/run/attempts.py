@@ -112,7 +112,8 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                 progress = ProgressLine(monitor, predicted, log_file)
                 started = OnTrainBegin(lambda: _point_latest(run))
                 callbacks = [monitor, progress, StopOnSignal(guard), StopOnDivergence(), started]
-                lean_paths = lf.run(RunSpec.of(attempt_args), callbacks=callbacks)  # what each lean path did
+                # what each lean path did, and the engine that ran
+                *lean_paths, engine = lf.run(RunSpec.of(attempt_args), callbacks=callbacks)
         except Stopped as stop:
             guard.ending = True
             attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
@@ -128,6 +129,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
             guard.ending = True
             attempt.outcome = f"stopped by {guard.signal_name}" if guard.signal_name else FINISHED
             attempt.lean_logits, attempt.lean_attention = lean_paths
+            attempt.engine = engine
             if rank() == 0:
                 _plot(run)
             _record_attempt(run, _with_measured(attempt, monitor))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 
+from mpskit.engine.engine_ran import describe
 from mpskit.rundir.checkpoints import WEIGHT_FILES
 from mpskit.rundir.folder import RunDir
 from mpskit.stages import stage_of
@@ -35,6 +36,9 @@ def summary_lines(run: RunDir) -> list[str]:
             f", loss {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f}"
             f" (lowest {best['loss']:.4f} at step {best['current_steps']})"
         )
+    engine = record.attempts[-1].engine
+    if engine and engine.get("world_size", 1) > 1:
+        lines.append(f"trained with {describe(engine)}")
     head = "held-out at the end | "
     held_out = eval_text(run.results(), shutil.get_terminal_size().columns - len(f"mpskit: {head}"))
     if held_out:

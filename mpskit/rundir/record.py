@@ -54,6 +54,7 @@ class Attempt:
     predicted_gb: float | None = None  # the plan's training memory at this attempt's knobs
     lean_logits: dict | None = None  # what each lean path did (lean_trainers.LeanPath.report)
     lean_attention: dict | None = None
+    engine: dict | None = None  # the engine that ran (engine/engine_ran.py): DeepSpeed, FSDP, DDP, processes
     device_figures: dict | None = None  # out of memory: the device's own figures
     next_rung: str | None = None  # out of memory: what the ladder moved next
     other_keys: dict = field(default_factory=dict)  # keys this mpskit does not know (a newer one's): kept

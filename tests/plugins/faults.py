@@ -109,7 +109,7 @@ def install() -> None:
         return
     plain = lf.run
 
-    def run_with_faults(spec, callbacks: list | None = None) -> tuple[dict, dict]:
+    def run_with_faults(spec, callbacks: list | None = None) -> tuple[dict, dict, dict]:
         if os.environ.get(SIGNAL_IN_HASHING_VARIABLE):
             _signal_while_datasets_hashes(getattr(signal, os.environ[SIGNAL_IN_HASHING_VARIABLE]))
         return plain(spec, callbacks=[*(callbacks or []), *faults_for(spec.args)])
