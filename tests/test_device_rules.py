@@ -27,13 +27,13 @@ def base(tiny_model) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "words, package",
+    "words, package, extra",
     [
-        (["enable_liger_kernel=true"], "liger_kernel"),
+        (["enable_liger_kernel=true"], "liger_kernel", "cuda"),
     ],
 )
 def test_cuda_options_without_their_package_are_refused_before_the_run_folder(
-    words, package, tiny_model, tmp_path, fake_cuda_machine
+    words, package, extra, tiny_model, tmp_path, fake_cuda_machine
 ):
     if importlib.util.find_spec(package) is not None:
         pytest.skip(f"{package} is installed here: nothing to refuse")
@@ -42,7 +42,7 @@ def test_cuda_options_without_their_package_are_refused_before_the_run_folder(
     result = run_mpskit(*base(tiny_model), *words, "--hardware", "cuda-80gb", cwd=work, env=fake_cuda_machine)
     lines = [line for line in result.stderr.splitlines() if "warning" not in line]
     assert result.returncode == 2, result.stderr
-    assert len(lines) == 1 and f"needs the {package} package" in lines[0] and "mpskit[cuda]" in lines[0]
+    assert len(lines) == 1 and f"needs the {package} package" in lines[0] and f"mpskit[{extra}]" in lines[0]
     assert list(work.iterdir()) == []  # no output/, no run folder
 
 
@@ -83,7 +83,7 @@ def test_a_mac_without_a_bitsandbytes_build_is_told_so(monkeypatch):
     "words, needle",
     [
         (["enable_liger_kernel=true"], "Liger's kernels are Triton"),
-        (["deepspeed=ds.json"], "ds.json) shards training over CUDA GPUs"),
+        (["fsdp=full_shard"], "accelerate would drop it and train plain DDP"),
     ],
 )
 def test_cuda_only_options_off_cuda_are_refused_before_the_run_folder(words, needle, tiny_model, tmp_path):

@@ -3,6 +3,10 @@ two-process DDP run on this CPU (gloo) for SFT, DPO and fooDPO through torchrun 
 
 import json
 import math
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +94,129 @@ def test_two_processes_train_through_torchrun_on_this_cpu(tmp_path, tiny_model, 
     assert all(math.isfinite(row["loss"]) for row in rows if "loss" in row)
     if stage == "foodpo":
         assert any("dynamic_beta" in row for row in rows)
+
+
+@pytest.mark.parametrize("given", [{}, {"MASTER_ADDR": "127.0.0.1"}])
+def test_several_nodes_without_a_meeting_point_are_refused_in_one_line(tiny_model, tmp_path, given):
+    """Each node would otherwise pick a random port of its own, and the rendezvous would hang."""
+    words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "device=cpu"]
+    env = {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "", "MASTER_PORT": "", **given}
+    result = run_mpskit("train", *words, cwd=tmp_path, env=env)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert "NNODES=2 without" in lines[0] and "MASTER_PORT:" in lines[0] and "the same on every node" in lines[0]
+    assert not (tmp_path / "output").exists()
+
+
+def two_cpu_processes(cwd: Path, tiny_model: Path, name: str, *extra: str) -> tuple[Path, str]:
+    """A short LoRA SFT run over 2 CPU processes (torchrun, gloo) in CWD: its folder, and what it said.
+    Whole logits (lean_logits=false), as ZeRO-3 computes them, so every engine computes alike."""
+    words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
+             "cutoff_len=128", "max_steps=4", "logging_steps=1", "device=cpu", "lean_logits=false"]  # fmt: skip
+    result = run_mpskit("train", *words, *extra, f"run_name={name}", cwd=cwd, env={"NPROC_PER_NODE": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return (cwd / "output" / name / "latest").resolve(), result.stderr
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory, tiny_model) -> Path:
+    run, said = two_cpu_processes(tmp_path_factory.mktemp("ddp"), tiny_model, "ddp")
+    assert "trained with DDP over 2 processes, gloo" in said
+    for number in (0, 1):
+        engine = json.loads((run / f"rank-{number}.json").read_text())["engine"]
+        assert engine["distributed_type"] == "MULTI_CPU" and engine["wrapped_model"] == "DistributedDataParallel"
+        assert not engine["deepspeed"] and engine["zero_stage"] is None and engine["world_size"] == 2
+    return run
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("zero", [3, pytest.param(2, marks=pytest.mark.slow)])
+def test_deepspeed_zero_on_two_cpu_processes_trains_as_ddp_does(tmp_path, tiny_model, ddp_run, zero):
+    """DeepSpeed's CPU accelerator over gloo, through `mpskit train` and torchrun: each rank records the engine
+    that ran and holds half of what ZeRO splits; the losses and the adapter are DDP's (ZeRO-3 once started
+    from uninitialized weights in half the runs: engine/cpu_gathers.py), and the adapter in one process
+    scores the held-out set as the two ranks did."""
+    from safetensors.torch import load_file
+
+    config = ROOT / "mpskit" / "configs" / "deepspeed" / f"ds_z{zero}.json"
+    run, said = two_cpu_processes(tmp_path, tiny_model, f"zero{zero}", f"deepspeed={config}")
+    assert f"trained with DeepSpeed ZeRO-{zero} over 2 processes, gloo" in said
+    for number in (0, 1):
+        engine = json.loads((run / f"rank-{number}.json").read_text())["engine"]
+        assert engine["distributed_type"] == "DEEPSPEED" and engine["zero_stage"] == zero, engine
+        assert engine["backend"] == "gloo" and engine["world_size"] == 2
+        assert engine["wrapped_model"] == "DeepSpeedEngine"
+        assert engine["states_share"] == pytest.approx(0.5, abs=0.05)  # the optimizer's float32 states, split
+        assert engine.get("weights_share") == (pytest.approx(0.5, abs=0.05) if zero == 3 else None)
+    assert yaml.safe_load((run / "llamafactory.yaml").read_text())["use_cpu"] is False
+    losses = {name: [row["loss"] for row in map(json.loads, (folder / "trainer_log.jsonl").read_text().splitlines())
+                     if "loss" in row] for name, folder in {"zero": run, "ddp": ddp_run}.items()}  # fmt: skip
+    assert len(losses["zero"]) == 4 and losses["zero"] == pytest.approx(losses["ddp"], rel=1e-4)
+    folders = {"zero": run, "ddp": ddp_run}
+    adapters = {name: load_file(folder / "adapter_model.safetensors") for name, folder in folders.items()}
+    assert adapters["zero"].keys() == adapters["ddp"].keys()
+    for key, tensor in adapters["zero"].items():  # whole shapes (gathered), trained, and DDP's values
+        assert tensor.shape == adapters["ddp"][key].shape and tensor.abs().sum() > 0, key
+        assert (tensor - adapters["ddp"][key]).abs().max() < 1e-5, key
+    evaluated = run_mpskit("eval", str(run), cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    [figures] = [json.loads(path.read_text()) for path in run.glob("eval/*/all_results.json")]
+    trained = json.loads((run / "all_results.json").read_text())
+    assert figures["eval_loss"] == pytest.approx(trained["eval_loss"], rel=1e-4)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["dpo", "foodpo"])
+def test_preference_stages_train_under_zero3_on_two_cpu_processes(tmp_path, tiny_model, stage):
+    """The reference forward of LoRA's DPO (the adapter switched off) runs on ZeRO-3's partitioned weights."""
+    from safetensors.torch import load_file
+
+    config = ROOT / "mpskit" / "configs" / "deepspeed" / "ds_z3.json"
+    words = [f"preset={stage}", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
+             "cutoff_len=128", "max_steps=3", "logging_steps=1", "device=cpu", f"deepspeed={config}"]  # fmt: skip
+    result = run_mpskit("train", *words, cwd=tmp_path, env={"NPROC_PER_NODE": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "trained with DeepSpeed ZeRO-3 over 2 processes, gloo" in result.stderr
+    run = (tmp_path / "output" / f"{stage}-model" / "latest").resolve()
+    rows = [json.loads(line) for line in (run / "trainer_log.jsonl").read_text().splitlines()]
+    losses = [row["loss"] for row in rows if "loss" in row]
+    assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
+    assert (stage == "foodpo") == any("dynamic_beta" in row for row in rows)
+    adapter = load_file(run / "adapter_model.safetensors")
+    assert all(tensor.abs().sum() > 0 for name, tensor in adapter.items() if "lora_B" in name)
+
+
+def test_deepspeed_on_mps_and_fsdp_off_cuda_are_refused_before_a_run_folder():
+    from mpskit.settings.resolve import cuda_only
+
+    assert cuda_only({"deepspeed": "ds_z3.json"}, "cpu") == []  # DeepSpeed's CPU accelerator, over gloo
+    assert "CUDA GPUs or CPU processes" in cuda_only({"deepspeed": "ds_z3.json"}, "mps")[0]
+    assert "accelerate would drop it" in cuda_only({"fsdp": "full_shard"}, "cpu")[0]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_two_nodes_on_loopback_train_one_run_with_global_ranks(tmp_path, tiny_model):
+    """Two `mpskit train` processes, one a node, meet at one address and port (torchrun's rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
+             "cutoff_len=128", "max_steps=2", "device=cpu"]  # fmt: skip
+    nodes = []
+    for node in (0, 1):
+        env = {**os.environ, "NNODES": "2", "NODE_RANK": str(node), "NPROC_PER_NODE": "1",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"}  # fmt: skip
+        nodes.append(subprocess.Popen([sys.executable, "-m", "mpskit.cli", "train", *words], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+    ends = [node.communicate(timeout=600) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in ends]
+    folders = {path.name.rsplit("-", 1)[1]: path for path in (tmp_path / "output" / "sft-model").glob("*-node*")}
+    assert sorted(folders) == ["node0", "node1"]
+    ranks = {number: json.loads((folders[f"node{number}"] / f"rank-{number}.json").read_text()) for number in (0, 1)}
+    assert all(r["rank"] == number and r["engine"]["world_size"] == 2 for number, r in ranks.items())
+    assert all(r["engine"]["backend"] == "gloo" and r["outcome"] == "finished" for r in ranks.values())
+    adapters = [path for path in (tmp_path / "output").rglob("adapter_model.safetensors")
+                if not path.parent.name.startswith("checkpoint")]  # fmt: skip
+    assert adapters == [folders["node0"] / "adapter_model.safetensors"]  # rank 0 saves the one adapter

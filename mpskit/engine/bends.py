@@ -64,8 +64,11 @@ AS_TRAINED = Bend(("llamafactory.model.adapter:PeftModel",
                    "llamafactory.train.sft.workflow:SFTDataCollatorWith4DAttentionMask"), "llamafactory", "==0.9.5",
                   "mpskit eval computes as the run's own evaluation did: the adapter beside its base, never merged "
                   "into it; SFT batches padded to a multiple of 8")
+CPU_GATHERS = Bend(("deepspeed.comm.comm:all_gather_into_tensor", "deepspeed.comm.comm:all_gather",
+                    "deepspeed.comm:all_gather_into_tensor", "deepspeed.comm:all_gather"), "deepspeed", "==0.18.4",
+                   "on the CPU, ZeRO-3 reads no weight before its gather wrote it (cpu_gathers.py)")
 BENDS = (LOG, RESUMABLE, LEAN, READ_ON_DEMAND, TRAINING_LAYOUT, VOCAB_LOADER, NO_ACCELERATOR, SILENT,
-         AS_TRAINED)  # fmt: skip
+         AS_TRAINED, CPU_GATHERS)  # fmt: skip
 
 
 def check(bends: tuple[Bend, ...] = BENDS) -> list[str]:
@@ -106,7 +109,7 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
     """Within: every bend a training run of SPEC needs (the 4-bit ones for a quantized base). Gives
     the run's lean paths (lean_trainers.LeanPath, lean_attention.LeanAttention), whose reports say
     which path ran, and the report of the engine that ran (engine_ran.py)."""
-    from mpskit.engine import engine_ran, lean_trainers, quantized, resumable
+    from mpskit.engine import cpu_gathers, engine_ran, lean_trainers, quantized, resumable
     from mpskit.engine.lean_attention import LeanAttention
     from mpskit.engine.trainer_log import FullLogCallback
     from mpskit.stages import stage_of
@@ -114,7 +117,9 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
     quantized_base = spec.args.get("quantization_bit") is not None
     packed = (VOCAB_LOADER,) if spec.packs_vocabulary else ()
     quantized_bends = (READ_ON_DEMAND, TRAINING_LAYOUT, *packed) if quantized_base else ()
-    for problem in check((LOG, RESUMABLE, LEAN, *quantized_bends)):
+    # DeepSpeed on the CPU accelerator (machine/launch.py sets it for a run's ranks on the CPU)
+    cpu_deepspeed = (CPU_GATHERS,) if spec.args.get("deepspeed") and os.environ.get("DS_ACCELERATOR") == "cpu" else ()
+    for problem in check((LOG, RESUMABLE, LEAN, *quantized_bends, *cpu_deepspeed)):
         warn(problem)
     lean_stage = stage_of(spec.args.get("stage")).lean
     lean = lean_trainers.LeanPath(bool(spec.lean.lean_logits) and lean_stage)
@@ -133,6 +138,8 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
             stack.enter_context(replaced(TRAINING_LAYOUT.targets[0], lambda: False))
             stack.enter_context(quantized.trim_between_layers())
         stack.enter_context(packed_vocabulary(spec))
+        for target in (CPU_GATHERS.targets if cpu_deepspeed else ()):
+            stack.enter_context(replaced(target, cpu_gathers.to_the_end(current(target))))
         yield lean, attention, engine
 
 

@@ -32,6 +32,30 @@ def process_layout(hw: Hardware) -> tuple[int, int]:
     return _env_count("NPROC_PER_NODE", gpus), _env_count("NNODES", 1)
 
 
+def check_rendezvous(nnodes: int) -> None:
+    """Several nodes meet at one address and port, which each of them must be given: without them every
+    node would take its own address and a random port of its own, and wait for the others forever."""
+    node_suffix(nnodes)
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if nnodes > 1 and missing:
+        raise MpskitError(
+            f"NNODES={nnodes} without {' and '.join(missing)}: each node would wait for the others at an address "
+            "and port of its own",
+            "set MASTER_ADDR to node 0's address and MASTER_PORT to a free port there, the same on every node",
+        )
+
+
+def node_suffix(nnodes: int) -> str:
+    """What this node's run folder name ends with among several nodes ("-node1"): nothing on one node."""
+    if nnodes == 1:
+        return ""
+    text = os.environ.get("NODE_RANK") or "0"
+    if not text.isdigit() or int(text) >= nnodes:
+        raise MpskitError(f"NODE_RANK={text!r} is not a node of NNODES={nnodes} (0 to {nnodes - 1})",
+                          "set NODE_RANK to this node's number: 0 on the node at MASTER_ADDR")  # fmt: skip
+    return f"-node{int(text)}"
+
+
 def inside_launch() -> bool:
     """True in a process torchrun started (it sets these for every rank)."""
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -51,7 +75,7 @@ def torchrun_command(run_dir: Path, nproc: int, nnodes: int) -> list[str]:
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", str(nnodes),
-        "--node_rank", os.environ.get("NODE_RANK", "0"),
+        "--node_rank", os.environ.get("NODE_RANK") or "0",
         "--nproc_per_node", str(nproc),
         "--master_addr", os.environ.get("MASTER_ADDR", "127.0.0.1"),
         "--master_port", os.environ.get("MASTER_PORT") or str(_free_port()),
@@ -59,7 +83,16 @@ def torchrun_command(run_dir: Path, nproc: int, nnodes: int) -> list[str]:
     ]  # fmt: skip
 
 
-def launch(run_dir: Path, nproc: int, nnodes: int) -> int:
+def rank_environment(device: str, nproc: int) -> dict[str, str]:
+    """What the ranks add to this environment. On the CPU they see no GPU, and DeepSpeed takes the CPU as
+    its accelerator and this node's processes as its devices (without LOCAL_SIZE it counts NUMA nodes)."""
+    if device != "cpu":
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu", "LOCAL_SIZE": str(nproc)}
+
+
+def launch(run_dir: Path, nproc: int, nnodes: int, device: str) -> int:
+    check_rendezvous(nnodes)
     command = torchrun_command(run_dir, nproc, nnodes)
     print(f"mpskit: {nproc * nnodes} processes: {' '.join(command[2:])}", file=sys.stderr)
-    return subprocess.run(command, check=False).returncode
+    return subprocess.run(command, check=False, env={**os.environ, **rank_environment(device, nproc)}).returncode

@@ -18,6 +18,7 @@ from mpskit.engine import lf
 from mpskit.errors import MpskitError, warn
 from mpskit.machine.hardware import nvidia_gpus
 from mpskit.machine.hub import hub_cache_dir, hub_offline, looks_like_hub_id
+from mpskit.machine.launch import check_rendezvous
 from mpskit.machine.optional_packages import missing_packages
 from mpskit.plan import advice
 from mpskit.plan.memory import GB, checkpoint_bytes, trainable_params
@@ -268,14 +269,19 @@ def check_resume_from(checkpoint: str | None, args: dict) -> None:
 
 def check_device(run: ResolvedRun) -> None:
     """The profile's device is on this machine (an MPS run needs a Mac with Apple silicon, a CUDA run an
-    NVIDIA GPU) and the run has no CUDA-only option off CUDA. `mpskit plan` and `config` may name any
-    profile and write such options, with a warning; `train` runs here."""
+    NVIDIA GPU), several nodes are told where to meet, and the run has no CUDA-only option off CUDA.
+    `mpskit plan` and `config` may name any profile and write such options, with a warning; `train` runs
+    here."""
     if run.device == "mps" and (platform.system() != "Darwin" or platform.machine() != "arm64"):
         where = f"{platform.system()} {platform.machine()}"
         raise MpskitError(
             f"hardware '{run.hardware.name}' trains on MPS, which this machine ({where}) does not have",
             "train with --hardware cpu (or no --hardware: mpskit detects this machine)",
         )
+    check_rendezvous(run.processes[1])
+    if run.device == "cpu" and run.args.get("deepspeed") and run.processes == (1, 1):
+        raise MpskitError("deepspeed on the CPU shards over several processes, and this run has one",
+                          "set NPROC_PER_NODE=2 (or more), or leave deepspeed out")  # fmt: skip
     problems = cuda_only(run.args, run.device)
     if problems:
         raise MpskitError(problems[0], "leave it out here, or train on a CUDA machine (`mpskit plan` shows what fits)")
@@ -286,22 +292,22 @@ def check_device(run: ResolvedRun) -> None:
             f"hardware '{run.hardware.name}' trains on CUDA, but nvidia-smi finds no NVIDIA GPU here",
             "train with --hardware cpu (or no --hardware: mpskit detects this machine)",
         )
-    for key, package in _cuda_packages(run.args):
+    for key, package, extra in _engine_packages(run.args):
         if importlib.util.find_spec(package) is None:
             raise MpskitError(
                 f"{key} needs the {package} package, which is not installed",
-                "pip install 'mpskit[cuda]' (deepspeed, liger-kernel), or leave the key out",
+                f"pip install 'mpskit[{extra}]', or leave the key out",
             )
 
 
-def _cuda_packages(args: dict) -> list[tuple[str, str]]:
-    """(option, the package it imports) for each CUDA-only option in `args`; the `cuda` extra has them
+def _engine_packages(args: dict) -> list[tuple[str, str, str]]:
+    """(option, the package it imports, mpskit's extra that installs it) for each such option in `args`
     (bitsandbytes, which runs everywhere, is quantization.device_problems')."""
     wanted = [
-        ("deepspeed", "deepspeed", bool(args.get("deepspeed"))),
-        ("enable_liger_kernel", "liger_kernel", bool(args.get("enable_liger_kernel"))),
+        ("deepspeed", "deepspeed", "distributed", bool(args.get("deepspeed"))),
+        ("enable_liger_kernel", "liger_kernel", "cuda", bool(args.get("enable_liger_kernel"))),
     ]
-    return [(key, package) for key, package, used in wanted if used]
+    return [(key, package, extra) for key, package, extra, used in wanted if used]
 
 
 def check_disk(run: ResolvedRun, root: str | Path = "output") -> None:

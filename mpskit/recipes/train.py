@@ -21,7 +21,7 @@ from mpskit.engine.bends import hide_accelerators
 from mpskit.engine.environment import enter_run_environment
 from mpskit.errors import Interrupted, MpskitError, NextRung, SignalExit
 from mpskit.machine.hardware import detect, installed_version
-from mpskit.machine.launch import inside_launch, launch
+from mpskit.machine.launch import inside_launch, launch, node_suffix
 from mpskit.machine.mps_env import env_values
 from mpskit.plan import planner
 from mpskit.plan.advice import plan_duration
@@ -64,7 +64,7 @@ def export_environment(run: ResolvedRun) -> dict[str, str]:
 def write_run_dir(
     run: ResolvedRun, env: dict[str, str], command: list[str], memory_plan=None, ladder: Ladder | None = None
 ) -> RunDir:
-    path = claim_run_dir(run.run_name, run.args.get("output_dir"))
+    path = claim_run_dir(run.run_name, run.args.get("output_dir"), suffix=node_suffix(run.processes[1]))
     try:
         return _write_claimed(path, run, env, command, memory_plan, ladder)
     except BaseException:
@@ -186,8 +186,8 @@ def _stop_recorded(run: RunDir, held: str | None) -> Iterator[None]:
         raise Interrupted(run.path, None) from None
 
 
-def _launch(run_dir: Path, processes: tuple[int, int]) -> Path:
-    code = launch(run_dir, *processes)
+def _launch(run_dir: Path, processes: tuple[int, int], device: str) -> Path:
+    code = launch(run_dir, *processes, device)
     if code != 0:
         raise MpskitError(
             f"the training processes stopped with exit code {code} (messages above)",
@@ -308,7 +308,7 @@ def _summary(path: Path) -> list[str]:
 def _continue(run: RunDir, checkpoint: Path | None) -> Path:
     processes = tuple(run.record.processes)
     if processes != (1, 1) and not inside_launch():
-        return _launch(run.path, processes)
+        return _launch(run.path, processes, run.record.device)
     enter_run_environment(run.record)
     args = run.train_args()
     saved = run.record.ladder or Ladder([], knobs.DEFAULT_CUTOFF_FLOOR)

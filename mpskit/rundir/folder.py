@@ -75,8 +75,9 @@ def latest_run_dir(root: str | Path = "output") -> Path:
     return newest
 
 
-def new_run_dir(run_name: str, output_dir: str | None, root: str | Path = "output") -> Path:
-    """output/<run>/<timestamp>: a fresh directory; an explicit output_dir must be new or empty."""
+def new_run_dir(run_name: str, output_dir: str | None, root: str | Path = "output", suffix: str = "") -> Path:
+    """output/<run>/<timestamp><suffix>: a fresh directory (the suffix names a node among several); an
+    explicit output_dir must be new or empty."""
     if output_dir:
         path = Path(str(output_dir)).expanduser()
         if path.is_symlink() and not path.exists():
@@ -88,7 +89,7 @@ def new_run_dir(run_name: str, output_dir: str | None, root: str | Path = "outpu
                 f"output_dir {path} already holds files", "choose a new output_dir; mpskit never overwrites a run"
             )
         return path
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + suffix
     path = Path(root) / run_name / stamp
     suffix = 1
     while path.exists():
@@ -106,13 +107,13 @@ def real_run_path(path: Path) -> Path:
         raise MpskitError(f"{path} cannot be followed to a folder ({err})", "give the run folder itself") from None
 
 
-def claim_run_dir(run_name: str, output_dir: str | None, root: str | Path = "output") -> Path:
+def claim_run_dir(run_name: str, output_dir: str | None, root: str | Path = "output", suffix: str = "") -> Path:
     """The folder of a new run (new_run_dir's), made and claimed by this process alone: its mpskit.json
     is created exclusively, so two runs started in the same second, or on one empty output_dir, never
     share a folder (the second takes the next name, or is refused). Never inside a model folder or
     another run's folder. RunDir.create then writes the files; `release` undoes a claim it never used."""
     while True:
-        path = new_run_dir(run_name, output_dir, root)
+        path = new_run_dir(run_name, output_dir, root, suffix)
         container = next((folder for folder in path.absolute().parents if _model_or_run(folder)), None)
         if container:
             raise MpskitError(f"the run folder {path} would be inside {_model_or_run(container)} {container}",

@@ -147,6 +147,17 @@ def zero_stage_of(path: str | None) -> int:
         raise MpskitError(f"deepspeed config {path} is not readable JSON", "point deepspeed to a ZeRO config") from err
 
 
+def whole_logits_under_zero3(args: dict, user: dict) -> None:
+    """ZeRO-3 partitions the output layer, which the lean logits path reads whole outside the layer's own
+    forward: under ZeRO-3 the logits are LLaMA-Factory's (and planned so), and a `lean_logits: true` is refused."""
+    if zero_stage_of(args.get("deepspeed")) < 3 or args.get("lean_logits") is False:
+        return
+    if user.get("lean_logits") is True:
+        raise MpskitError("lean_logits reads the output layer whole, which ZeRO-3 partitions over the processes",
+                          "leave lean_logits out under ZeRO-3, or use a ZeRO-2 deepspeed config")  # fmt: skip
+    args["lean_logits"] = False
+
+
 def from_args(args: dict, world_size: int = 1) -> Knobs:
     """The knobs a set of LLaMA-Factory arguments (and mpskit's own knobs) asks for."""
     own = own_settings(args)

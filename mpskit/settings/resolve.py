@@ -23,7 +23,7 @@ from mpskit.machine.hardware import Hardware, bf16_is_fast, bf16_supported, fp16
 from mpskit.machine.launch import process_layout
 from mpskit.presets import demo_data_dir, load_yaml, merge, resolve_preset_file
 from mpskit.settings import quantization, seed_fork
-from mpskit.settings.knobs import PLANNER_KEYS
+from mpskit.settings.knobs import PLANNER_KEYS, whole_logits_under_zero3
 from mpskit.settings.removed_keys import translate_removed_keys
 from mpskit.settings.run_settings import RunSettings, read_run_settings
 from mpskit.settings.validate import check_args
@@ -96,6 +96,9 @@ def _preset(kind: str, name: str, seen: tuple[str, ...] = ()) -> tuple[dict, dic
     return merge(base_args, args), data, [*files, str(path)]
 
 
+DDP_TIMEOUT_S = 180_000_000  # LLaMA-Factory's examples' ddp_timeout: a large dataset's tokenizing never times out
+
+
 def device_args(hw: Hardware, device: str) -> dict:
     """What the device needs: loader settings and a dtype by the device rules (docs/presets-and-settings.md)."""
     if device == "mps":
@@ -156,8 +159,12 @@ def cuda_only(args: dict, device: str) -> list[str]:
     if device == "cuda":
         return []
     problems = []
-    if args.get("deepspeed"):
-        problems.append(f"deepspeed ({args['deepspeed']}) shards training over CUDA GPUs; this run is on {device}")
+    if args.get("deepspeed") and device != "cpu":
+        problems.append(f"deepspeed ({args['deepspeed']}) shards training over CUDA GPUs or CPU processes; this run is "
+                        f"on {device}")  # fmt: skip
+    if args.get("fsdp"):
+        problems.append(f"fsdp ({args['fsdp']}) shards over CUDA GPUs; on {device} accelerate would drop it and "
+                        "train plain DDP")  # fmt: skip
     if {"tensor_model_parallel_size", "pipeline_model_parallel_size"} & set(args):
         problems.append(f"Megatron-Core parallelism (USE_MCA=1, mcore_adapter) is for CUDA; this run is on {device}")
     if args.get("fp8"):
@@ -308,7 +315,9 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
     layers.append(hw.source)
     device = _choose_device(hw, own.get("device"), bool(user.get("use_cpu")))
     processes = process_layout(hw)
-    distributed = {"ddp_backend": "gloo"} if device == "cpu" and processes != (1, 1) else {}
+    distributed = {}
+    if processes != (1, 1):  # rank 0 tokenizes the data while the others wait: LLaMA-Factory's examples' timeout
+        distributed = {"ddp_timeout": DDP_TIMEOUT_S, **({"ddp_backend": "gloo"} if device == "cpu" else {})}
     trains = {} if preset or run_file or any(key in user for key in DO_KEYS) else {"do_train": True}
     presets = _user_wins(merge(stage_args, model_args), user)
     args = merge(presets, trains, device_args(hw, device), distributed, hw.args, user)
@@ -317,6 +326,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         _demo_data(args, user, stage_args)
         _evaluation_for_own_data(args, user, stage_args)
     check_args(args)
+    whole_logits_under_zero3(args, user)
     _warn_on_training_data_evaluated(given, args)
     quantization.check_settings(args)
     if device == "mps" and args.get("dataloader_num_workers"):
@@ -328,8 +338,8 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
     if stage == "foodpo" and "pref_beta_scale" not in args:
         warn("stage foodpo without pref_beta_scale: every pair's beta is pref_beta, which trains exactly DPO; "
              "set pref_beta_scale=0.05 (the foodpo preset's) for a beta scaled by each prompt's perplexity")
-    if device == "cpu":
-        args["use_cpu"] = True
+    if device == "cpu":  # accelerate starts DeepSpeed only without use_cpu (its ranks see no GPU: launch.py)
+        args["use_cpu"] = not args.get("deepspeed")
     named = user.get("run_name")
     run_name = (
         _check_run_name(str(named))
