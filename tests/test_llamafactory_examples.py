@@ -17,7 +17,7 @@ DATASET = {"sft": "demo_sft", "dpo": "demo_pref", "rm": "demo_pref", "kto": "dem
 EVAL_DATASET = {"sft": "demo_sft_eval", "dpo": "demo_pref_eval", "rm": "demo_pref_eval", "kto": "demo_kto"}
 
 # The refusals on this CPU machine, by file or folder (longest match wins): what the one line says.
-DEEPSPEED = "shards training over CUDA GPUs"
+DEEPSPEED = "deepspeed on the CPU shards over several processes"  # one process here; several would train
 REFUSED = {
     "accelerate/": "an accelerate launch config",
     "ktransformers/accelerate/": "an accelerate launch config",

@@ -11,7 +11,9 @@ import dataclasses
 import difflib
 import functools
 import importlib.util
+import logging
 import sys
+import warnings
 from pathlib import Path
 
 from mpskit.collector import libraries_imported
@@ -266,9 +268,25 @@ def import_engine():
         from mpskit.engine.quantized import import_bitsandbytes
 
         import_bitsandbytes()  # first: peft and LLaMA-Factory import it too, and it speaks as it is imported
+        _import_deepspeed()
         from llamafactory.train.tuner import run_exp
 
     return run_exp
+
+
+def _import_deepspeed() -> None:
+    """Where DeepSpeed is installed, accelerate imports it in every run as it unwraps the model: after the
+    memory monitor's baseline, with torch's deprecation warnings and DeepSpeed's choice of accelerator on
+    the screen. It is imported here with the other libraries instead, and says nothing."""
+    if importlib.util.find_spec("deepspeed") is None:
+        return
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            import deepspeed  # noqa: F401
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def run(spec: RunSpec, callbacks: list | None = None) -> tuple[dict, dict]:

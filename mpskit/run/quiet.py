@@ -33,8 +33,9 @@ NOISE = ("We recommend enable mixed precision training", "We recommend enable `u
          "Token indices sequence length is longer than", "Invalid role tag in", "Invalid message count in",
          "Skipping this abnormal example", "Dropped invalid example")  # fmt: skip
 # Python warnings of the same kind, off the screen (not kept): trl's own deprecation inside
-# LLaMA-Factory's DPO trainer.
-WARNINGS_NOISE = ("The `padding_value` property is deprecated",)
+# LLaMA-Factory's DPO trainer, and torch's as DeepSpeed is imported (accelerate imports it wherever it is
+# installed).
+WARNINGS_NOISE = ("The `padding_value` property is deprecated", "`torch.jit.script` is deprecated")
 
 
 def _not_noise(record: logging.LogRecord) -> bool:

@@ -149,8 +149,13 @@ def zero_stage_of(path: str | None) -> int:
 
 def whole_logits_under_zero3(args: dict, user: dict) -> None:
     """ZeRO-3 partitions the output layer, which the lean logits path reads whole outside the layer's own
-    forward: under ZeRO-3 the logits are LLaMA-Factory's (and planned so), and a `lean_logits: true` is refused."""
-    if zero_stage_of(args.get("deepspeed")) < 3 or args.get("lean_logits") is False:
+    forward: under ZeRO-3 the logits are LLaMA-Factory's (and planned so), and a `lean_logits: true` is refused.
+    A file that cannot be read is said by the checks that need it (the plan, the device's)."""
+    try:
+        stage = zero_stage_of(args.get("deepspeed"))
+    except MpskitError:
+        return
+    if stage < 3 or args.get("lean_logits") is False:
         return
     if user.get("lean_logits") is True:
         raise MpskitError("lean_logits reads the output layer whole, which ZeRO-3 partitions over the processes",
