@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-all test-fast test-real check-install lint demo chat doctor bench-memory bench-planner bench-real tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
+.PHONY: install test test-all test-fast test-real test-cuda check-install lint demo chat doctor bench-memory bench-planner bench-real tiny-model sft-qwen dpo-qwen foodpo-qwen compare-beta-scale
 
 install: $(STAMP)
 
@@ -19,16 +19,20 @@ PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist 
 
 test: $(STAMP)
 	$(BIN)/ruff check mpskit tests bench scripts
-	$(PYTEST) -m "not slow" --durations=25
+	$(PYTEST) -m "not slow and not cuda" --durations=25
 
-# Every test, the slow ones too (about twice make test's time).
+# Every test, the slow ones too (about twice make test's time); the GPU's apart.
 test-all: $(STAMP)
 	$(BIN)/ruff check mpskit tests bench scripts
-	$(PYTEST) --durations=25
+	$(PYTEST) -m "not cuda" --durations=25
 
 # The real tier whole: every test that trains the real model (SmolLM2-135M-Instruct), the slow ones too.
 test-real: $(STAMP)
 	$(PYTEST) -m real --durations=10
+
+# What only an NVIDIA GPU shows (tests/test_cuda.py): ZeRO-3 over 4-bit QLoRA, FSDP, bitsandbytes' kernels.
+test-cuda: $(STAMP)
+	$(PYTEST) -m cuda --durations=10
 
 # The unit layer, without the real training runs (marked e2e): for the edit-test loop.
 test-fast: $(STAMP)

@@ -187,6 +187,19 @@ def test_preference_stages_train_under_zero3_on_two_cpu_processes(tmp_path, tiny
     assert all(tensor.abs().sum() > 0 for name, tensor in adapter.items() if "lora_B" in name)
 
 
+def test_the_lean_logits_path_is_off_where_the_output_layer_is_sharded():
+    """ZeRO-3 partitions the output layer and FSDP frees it after the forward: the whole logits there."""
+    from mpskit.settings.knobs import whole_logits_when_sharded
+
+    deepspeed = ROOT / "mpskit" / "configs" / "deepspeed"
+    for sharded in ({"deepspeed": str(deepspeed / "ds_z3.json")}, {"fsdp": "full_shard auto_wrap"}):
+        whole_logits_when_sharded(sharded, {})
+        assert sharded["lean_logits"] is False
+    zero2 = {"deepspeed": str(deepspeed / "ds_z2.json")}
+    whole_logits_when_sharded(zero2, {})
+    assert "lean_logits" not in zero2  # ZeRO-2 keeps whole weights on every rank
+
+
 def test_deepspeed_on_mps_and_fsdp_off_cuda_are_refused_before_a_run_folder():
     from mpskit.settings.resolve import cuda_only
 

@@ -100,7 +100,8 @@ def check_configured(args, report: dict) -> None:
 
 
 def describe(report: dict) -> str:
-    """The engine in words: "DeepSpeed ZeRO-3 over 2 processes, gloo", "DDP over 2 processes, gloo", "one process"."""
+    """The engine in words: "DeepSpeed ZeRO-3 over 2 processes, gloo", "DDP over 2 processes, gloo",
+    "DeepSpeed ZeRO-3 over 1 process, nccl", "one process"."""
     if report.get("deepspeed"):
         engine = f"DeepSpeed ZeRO-{report['zero_stage']}"
     elif report.get("fsdp"):
@@ -109,4 +110,5 @@ def describe(report: dict) -> str:
         engine = "DDP"
     else:
         return "one process"
-    return f"{engine} over {report['world_size']} processes, {report['backend']}"
+    size = report["world_size"]
+    return f"{engine} over {size} process{'es' if size > 1 else ''}, {report['backend']}"

@@ -56,6 +56,12 @@ def node_suffix(nnodes: int) -> str:
     return f"-node{int(text)}"
 
 
+def launched(processes: tuple[int, int], args: dict) -> bool:
+    """Whether the run starts its processes through torchrun: several of them, or one under DeepSpeed or
+    FSDP, which accelerate starts only in a process group (LLaMA-Factory's FORCE_TORCHRUN=1)."""
+    return processes != (1, 1) or bool(args.get("deepspeed") or args.get("fsdp"))
+
+
 def inside_launch() -> bool:
     """True in a process torchrun started (it sets these for every rank)."""
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -94,5 +100,6 @@ def rank_environment(device: str, nproc: int) -> dict[str, str]:
 def launch(run_dir: Path, nproc: int, nnodes: int, device: str) -> int:
     check_rendezvous(nnodes)
     command = torchrun_command(run_dir, nproc, nnodes)
-    print(f"mpskit: {nproc * nnodes} processes: {' '.join(command[2:])}", file=sys.stderr)
+    count = nproc * nnodes
+    print(f"mpskit: {count} process{'es' if count > 1 else ''}: {' '.join(command[2:])}", file=sys.stderr)
     return subprocess.run(command, check=False, env={**os.environ, **rank_environment(device, nproc)}).returncode

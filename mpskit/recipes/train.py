@@ -21,7 +21,7 @@ from mpskit.engine.bends import hide_accelerators
 from mpskit.engine.environment import enter_run_environment
 from mpskit.errors import Interrupted, MpskitError, NextRung, SignalExit
 from mpskit.machine.hardware import detect, installed_version
-from mpskit.machine.launch import inside_launch, launch, node_suffix
+from mpskit.machine.launch import inside_launch, launch, launched, node_suffix
 from mpskit.machine.mps_env import env_values
 from mpskit.plan import planner
 from mpskit.plan.advice import plan_duration
@@ -243,8 +243,9 @@ def rebuild_record(path: Path) -> RunDir:
 
 def continue_run(run: RunDir, data: dict[str, str] | None = None) -> Path:
     """Train a written run directory in this process (from its newest complete checkpoint, or from
-    step 0 when it has none), or launch its processes through torchrun when it has several and this
-    is not one of them. The launching process holds the folder's lock; torchrun's ranks work under it."""
+    step 0 when it has none), or launch its processes through torchrun when it has several (or runs
+    DeepSpeed or FSDP) and this is not one of them. The launching process holds the folder's lock;
+    torchrun's ranks work under it."""
     if inside_launch():
         return _continue(run, run.last_checkpoint())
     with run.locked("mpskit train"):  # the record as it is now that no one else writes it
@@ -307,13 +308,14 @@ def _summary(path: Path) -> list[str]:
 
 def _continue(run: RunDir, checkpoint: Path | None) -> Path:
     processes = tuple(run.record.processes)
-    if processes != (1, 1) and not inside_launch():
+    distributed = launched(processes, run.yaml_args())
+    if distributed and not inside_launch():
         return _launch(run.path, processes, run.record.device)
     enter_run_environment(run.record)
     args = run.train_args()
     saved = run.record.ladder or Ladder([], knobs.DEFAULT_CUTOFF_FLOOR)
     # one process out of memory cannot change the knobs of the others: no fallback when distributed
-    ladder = Ladder(saved.free if processes == (1, 1) else [], saved.cutoff_floor)
+    ladder = Ladder([] if distributed else saved.free, saved.cutoff_floor)
     if checkpoint is None and args.get("resume_from_checkpoint"):  # the user's, from another run
         checkpoint = Path(args["resume_from_checkpoint"])
     if checkpoint:

@@ -37,7 +37,7 @@ def summary_lines(run: RunDir) -> list[str]:
             f" (lowest {best['loss']:.4f} at step {best['current_steps']})"
         )
     engine = record.attempts[-1].engine
-    if engine and engine.get("world_size", 1) > 1:
+    if engine and describe(engine) != "one process":
         lines.append(f"trained with {describe(engine)}")
     head = "held-out at the end | "
     held_out = eval_text(run.results(), shutil.get_terminal_size().columns - len(f"mpskit: {head}"))

@@ -147,19 +147,24 @@ def zero_stage_of(path: str | None) -> int:
         raise MpskitError(f"deepspeed config {path} is not readable JSON", "point deepspeed to a ZeRO config") from err
 
 
-def whole_logits_under_zero3(args: dict, user: dict) -> None:
-    """ZeRO-3 partitions the output layer, which the lean logits path reads whole outside the layer's own
-    forward: under ZeRO-3 the logits are LLaMA-Factory's (and planned so), and a `lean_logits: true` is refused.
-    A file that cannot be read is said by the checks that need it (the plan, the device's)."""
+def whole_logits_when_sharded(args: dict, user: dict) -> None:
+    """The lean logits path reads the output layer outside the model's forward, and sends its gradient back
+    through the decoder's last hidden states, not the model's outputs. ZeRO-3 partitions that layer, and
+    FSDP frees its 16-bit copy after the forward and brings it back only from the outputs' backward (the
+    lean path then read freed memory: a cuBLAS failure on a GPU, a crash on the CPU). Under either the
+    logits are LLaMA-Factory's (and planned so), and a `lean_logits: true` is refused. A deepspeed file
+    that cannot be read is said by the checks that need it (the plan, the device's)."""
     try:
         stage = zero_stage_of(args.get("deepspeed"))
     except MpskitError:
-        return
-    if stage < 3 or args.get("lean_logits") is False:
+        stage = 0
+    sharded = "ZeRO-3" if stage >= 3 else "FSDP" if args.get("fsdp") else None
+    if sharded is None or args.get("lean_logits") is False:
         return
     if user.get("lean_logits") is True:
-        raise MpskitError("lean_logits reads the output layer whole, which ZeRO-3 partitions over the processes",
-                          "leave lean_logits out under ZeRO-3, or use a ZeRO-2 deepspeed config")  # fmt: skip
+        raise MpskitError(f"lean_logits reads the output layer outside the model's forward, which {sharded} shards",
+                          f"leave lean_logits out under {sharded}"
+                          + (", or use a ZeRO-2 deepspeed config" if sharded == "ZeRO-3" else ""))  # fmt: skip
     args["lean_logits"] = False
 
 

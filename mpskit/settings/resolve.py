@@ -23,7 +23,7 @@ from mpskit.machine.hardware import Hardware, bf16_is_fast, bf16_supported, fp16
 from mpskit.machine.launch import process_layout
 from mpskit.presets import demo_data_dir, load_yaml, merge, resolve_preset_file
 from mpskit.settings import quantization, seed_fork
-from mpskit.settings.knobs import PLANNER_KEYS, whole_logits_under_zero3
+from mpskit.settings.knobs import PLANNER_KEYS, whole_logits_when_sharded
 from mpskit.settings.removed_keys import translate_removed_keys
 from mpskit.settings.run_settings import RunSettings, read_run_settings
 from mpskit.settings.validate import check_args
@@ -326,7 +326,7 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
         _demo_data(args, user, stage_args)
         _evaluation_for_own_data(args, user, stage_args)
     check_args(args)
-    whole_logits_under_zero3(args, user)
+    whole_logits_when_sharded(args, user)
     _warn_on_training_data_evaluated(given, args)
     quantization.check_settings(args)
     if device == "mps" and args.get("dataloader_num_workers"):
