@@ -23,7 +23,7 @@ from mpskit.machine.hardware import Hardware, bf16_is_fast, bf16_supported, fp16
 from mpskit.machine.launch import process_layout
 from mpskit.presets import demo_data_dir, load_yaml, merge, resolve_preset_file
 from mpskit.settings import quantization, seed_fork
-from mpskit.settings.knobs import PLANNER_KEYS, whole_logits_when_sharded
+from mpskit.settings.knobs import PLANNER_KEYS, deepspeed_file, whole_logits_when_sharded
 from mpskit.settings.removed_keys import translate_removed_keys
 from mpskit.settings.run_settings import RunSettings, read_run_settings
 from mpskit.settings.validate import check_args
@@ -31,7 +31,7 @@ from mpskit.stages import STAGES
 
 # mpskit's own keys: they choose presets, devices and the planner's limits, and never reach LLaMA-Factory.
 MPSKIT_KEYS = ("preset", "model_preset", "hardware", "device", "run_name", "memory_budget_gb", "min_cutoff_len",
-               "keep_awake", "oom_ladder")  # fmt: skip
+               "keep_awake", "oom_ladder", "zero")  # fmt: skip
 DEVICES = ("auto", "mps", "cuda", "cpu")
 DO_KEYS = ("do_train", "do_eval", "do_predict")
 # files without a stage that are not run files: (keys that tell them, what they are, what runs them)
@@ -272,6 +272,16 @@ def _check_stage(stage, user: dict) -> str:
     return str(stage)
 
 
+def _zero_config(stage: object, user: dict) -> str:
+    """`zero=2` or `zero=3`: mpskit's DeepSpeed config of that stage, as `deepspeed: FILE` would name it."""
+    if str(stage) not in ("2", "3"):
+        raise MpskitError(f"zero={stage!r} is not a ZeRO stage mpskit ships", "set zero=2 or zero=3")
+    if user.get("deepspeed"):
+        raise MpskitError(f"zero={stage} beside deepspeed={user['deepspeed']}: two DeepSpeed configs",
+                          "keep one of them")  # fmt: skip
+    return deepspeed_file(int(str(stage)))
+
+
 def _stage_preset(own: dict, user: dict, run_file: bool) -> str | None:
     """The stage preset asked for: `preset`, or with no run file, the stage beside a model_preset."""
     if own.get("preset"):
@@ -292,6 +302,8 @@ def resolve(user: dict, hardware: str | None = None, probe_torch: bool = False, 
             raise MpskitError(f"'{key}: auto' is not a planner knob", f"auto works for {', '.join(PLANNER_KEYS)}")
         del user[key]
     seed_fork.check_keys(user)
+    if "zero" in own:
+        user["deepspeed"] = _zero_config(own["zero"], user)
     given = dict(user)
     named = _check_stage(user["stage"], user) if user.get("stage") else None
     preset = _stage_preset(own, user, run_file)

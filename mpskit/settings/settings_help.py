@@ -18,6 +18,8 @@ LAYER_KEYS = (
      "a profile in `configs/hardware/` or a YAML path; default: detect this machine"),
     ("`device`", "`auto` (default), `mps`, `cuda` or `cpu`; `cpu` on a Mac hides MPS from the training process"),
     ("`run_name`", "names `output/<run_name>/`; default `<stage>-<model>`"),
+    ("`zero`", "`2` or `3`: DeepSpeed ZeRO with mpskit's config (`configs/deepspeed/ds_zN.json`), as `deepspeed` "
+     "would name it; several processes, or one GPU"),
 )  # fmt: skip
 
 
