@@ -124,8 +124,12 @@ def cmd_rank(ns: argparse.Namespace) -> int:
     from mpskit.rundir.folder import RunDir
 
     keep_running_without_a_screen()
-    continue_run(RunDir.open(ns.run_dir))
-    return 0
+    try:
+        continue_run(RunDir.open(ns.run_dir))
+    except Interrupted as stop:
+        if not stop.at_step_end:
+            raise  # stopped alone, before or after training: torchrun ends the other ranks
+    return 0  # a stop that every rank took at one step's end: the launching process says so
 
 
 def cmd_chat(ns: argparse.Namespace) -> int:

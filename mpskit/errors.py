@@ -25,10 +25,11 @@ class Interrupted(Exception):
     """Training stopped by a signal (after saving a checkpoint, when it could); the CLI prints the
     resume command."""
 
-    def __init__(self, run_dir, checkpoint):
+    def __init__(self, run_dir, checkpoint, at_step_end: bool = False):
         super().__init__(f"interrupted: {run_dir}")
         self.run_dir = run_dir
         self.checkpoint = checkpoint
+        self.at_step_end = at_step_end  # a stop at the end of a step, which every process of the run took
 
 
 class SignalExit(SystemExit):

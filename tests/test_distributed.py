@@ -4,9 +4,12 @@ two-process DDP run on this CPU (gloo) for SFT, DPO and fooDPO through torchrun 
 import json
 import math
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -233,3 +236,94 @@ def test_two_nodes_on_loopback_train_one_run_with_global_ranks(tmp_path, tiny_mo
     adapters = [path for path in (tmp_path / "output").rglob("adapter_model.safetensors")
                 if not path.parent.name.startswith("checkpoint")]  # fmt: skip
     assert adapters == [folders["node0"] / "adapter_model.safetensors"]  # rank 0 saves the one adapter
+
+
+def start_two_ranks(cwd: Path, tiny_model: Path, name: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    """`mpskit train` over 2 CPU processes under ZeRO-3, in an interpreter and a session of its own (the test
+    signals its ranks, or its whole process group as a terminal's Ctrl-C does)."""
+    words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
+             "cutoff_len=128", "logging_steps=1", "save_steps=3", "device=cpu", "zero=3",
+             f"run_name={name}"]  # fmt: skip
+    env = {**os.environ, "NPROC_PER_NODE": "2", **(env or {})}
+    command = [sys.executable, "-m", "mpskit.cli", "train", *words, *extra]
+    return subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def logged_steps(run: Path) -> list[int]:
+    rows = [json.loads(line) for line in (run / "trainer_log.jsonl").read_text().splitlines()]
+    return [row["current_steps"] for row in rows if "loss" in row]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("to", "against_an_unbroken_run"), [("rank 1", False),
+                         pytest.param("rank 1", True, marks=pytest.mark.slow),
+                         pytest.param("the terminal", False, marks=pytest.mark.slow)])  # fmt: skip
+def test_a_stop_signal_stops_both_ranks_at_one_step_and_resume_finishes_from_the_zero_checkpoint(
+    tmp_path, tiny_model, to, against_an_unbroken_run
+):
+    """SIGTERM to one rank: a stop it took alone left the other waiting in its next collective for ever
+    (ddp_timeout is years). Now every rank stops at the end of the same step, saves its part of the ZeRO-3
+    checkpoint, and the resume on 2 ranks trains to the end as if never stopped. A terminal's Ctrl-C reaches
+    every process of its group: torchrun, which once sent each rank a second one (a stop mid-checkpoint),
+    now runs in a session of its own, and mpskit hands each rank the one signal."""
+    import psutil
+
+    steps = 16
+    child = start_two_ranks(tmp_path, tiny_model, "stopped", f"max_steps={steps}")
+    log = tmp_path / "output" / "stopped" / "latest" / "trainer_log.jsonl"
+    deadline = time.time() + 300
+    while not (log.is_file() and len(log.read_text().splitlines()) >= 3) and time.time() < deadline:
+        time.sleep(0.1)
+    if to == "rank 1":
+        [second] = [p for p in psutil.Process(child.pid).children(recursive=True) if p.environ().get("RANK") == "1"]
+        second.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(child.pid, signal.SIGINT)
+    name = "SIGTERM" if to == "rank 1" else "SIGINT"
+    _, said = child.communicate(timeout=300)
+    assert child.returncode == 130, said[-3000:]
+    run = (tmp_path / "output" / "stopped" / "latest").resolve()
+    if to == "rank 1":
+        assert "mpskit: SIGTERM to another process: saving a checkpoint at the end of this step" in said
+    assert said.splitlines()[-1].startswith("mpskit: stopped; the newest complete checkpoint is checkpoint-")
+    ranks = [json.loads((run / f"rank-{number}.json").read_text()) for number in (0, 1)]
+    assert [r["outcome"] for r in ranks] == [f"stopped by {name}"] * 2
+    stopped_at = logged_steps(run)[-1]
+    assert stopped_at < steps and (run / f"checkpoint-{stopped_at}" / "latest").is_file()  # DeepSpeed's states
+
+    resumed = run_mpskit("train", "--resume", str(run), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "trained with DeepSpeed ZeRO-3 over 2 processes, gloo" in resumed.stderr
+    ranks = [json.loads((run / f"rank-{number}.json").read_text()) for number in (0, 1)]
+    assert all(r["outcome"] == "finished" and r["resumed_from"] == f"checkpoint-{stopped_at}" for r in ranks)
+    assert all(r["engine"]["zero_stage"] == 3 and r["engine"]["world_size"] == 2 for r in ranks)
+    assert logged_steps(run) == list(range(1, steps + 1))  # each step once, none trained twice
+    if against_an_unbroken_run:
+        child = start_two_ranks(tmp_path, tiny_model, "unbroken", f"max_steps={steps}")
+        assert child.wait(timeout=600) == 0
+        unbroken = (tmp_path / "output" / "unbroken" / "latest").resolve()
+        losses = {folder: [json.loads(line)["loss"] for line in (folder / "trainer_log.jsonl").read_text()
+                           .splitlines() if "loss" in json.loads(line)] for folder in (run, unbroken)}  # fmt: skip
+        assert losses[run] == pytest.approx(losses[unbroken], rel=1e-5)  # the same to the last digit here
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_rank_killed_at_start_ends_the_run_within_torchruns_grace(tmp_path, tiny_model):
+    """Rank 1 dies before its model loads; rank 0 waits for it in a collective, where no signal reaches its
+    Python. torchrun sees the death, sends SIGTERM, and SIGKILL after its 30 s grace: the run ends, and
+    its record says which rank ended without one."""
+    child = start_two_ranks(tmp_path, tiny_model, "killed", "max_steps=4", env={"MPSKIT_FAKE_KILL_RANK_AT_START": "1"})
+    _, said = child.communicate(timeout=240)
+    assert child.returncode == 2, said[-3000:]
+    last = said.splitlines()[-1]
+    # rank 0 records its stop where torchrun's SIGTERM reaches its Python, else SIGKILL ends it too
+    silent = r"; (rank 1|ranks 0, 1) ended without a record \(killed\?\)"
+    assert re.match(rf"mpskit: error: the training processes stopped with exit code 1{silent} .*--resume", last)
+    [run] = (tmp_path / "output" / "killed").iterdir()  # no `latest`: training never began
+    [attempt] = json.loads((run / "mpskit.json").read_text())["attempts"]
+    assert re.fullmatch(f"stopped by SIGTERM before training began|the processes ended with exit code 1{silent}",
+                        attempt["outcome"])  # fmt: skip
+    grace = [line for line in said.splitlines() if "time      :" in line]  # torchrun's: rank 1's death, then rank 0's
+    died, ended = (time.mktime(time.strptime(line.split(": ", 1)[1].strip(), "%Y-%m-%d_%H:%M:%S")) for line in grace)
+    assert abs(ended - died) <= 35, grace

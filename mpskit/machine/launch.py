@@ -7,14 +7,20 @@ LLaMA-Factory's: NPROC_PER_NODE, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT. No
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+
 from mpskit.errors import MpskitError
 from mpskit.machine.hardware import Hardware
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # those run/signals.py stops a training on
 
 
 def _env_count(name: str, default: int) -> int:
@@ -98,8 +104,28 @@ def rank_environment(device: str, nproc: int) -> dict[str, str]:
 
 
 def launch(run_dir: Path, nproc: int, nnodes: int, device: str) -> int:
+    """torchrun's exit code, once every rank of this node has ended. torchrun runs in a session of its
+    own, so a Ctrl-C, a closed terminal or a SIGTERM reaches this process alone, which hands each one to
+    the ranks: torchrun would send them a second signal of its own (a stop at once, mid-checkpoint) and
+    SIGKILL 30 s later, however long their checkpoint takes."""
     check_rendezvous(nnodes)
     command = torchrun_command(run_dir, nproc, nnodes)
     count = nproc * nnodes
     print(f"mpskit: {count} process{'es' if count > 1 else ''}: {' '.join(command[2:])}", file=sys.stderr)
-    return subprocess.run(command, check=False, env={**os.environ, **rank_environment(device, nproc)}).returncode
+    env = {**os.environ, **rank_environment(device, nproc)}
+    torchrun = subprocess.Popen(command, env=env, start_new_session=True)
+    previous = {number: signal.signal(number, _to_ranks_of(torchrun.pid)) for number in STOP_SIGNALS}
+    try:
+        return torchrun.wait()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _to_ranks_of(torchrun_pid: int):
+    def hand_over(number, frame) -> None:
+        for process in psutil.Process(torchrun_pid).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(number)
+
+    return hand_over

@@ -187,13 +187,32 @@ def _stop_recorded(run: RunDir, held: str | None) -> Iterator[None]:
 
 
 def _launch(run_dir: Path, processes: tuple[int, int], device: str) -> Path:
+    """The run's processes through torchrun. A stop that rank 0 recorded ends as a stop does in one process;
+    processes that ended without a record (killed) leave an attempt that says which."""
+    before, started = len(RunDir.open(run_dir).record.attempts), time.time()
     code = launch(run_dir, *processes, device)
+    run = RunDir.open(run_dir)
+    silent = _ranks_without_a_record(run_dir, processes[0], started) if code != 0 else []
+    ranks = f"rank{'s' * (len(silent) > 1)} {', '.join(map(str, silent))}"
+    said = f"; {ranks} ended without a record (killed?)" if silent else ""
+    recorded = len(run.record.attempts) > before
+    if not silent and recorded and run.record.attempts[-1].outcome.startswith("stopped by"):
+        raise Interrupted(run_dir, run.last_checkpoint())
     if code != 0:
+        if not recorded:
+            run.add_attempt(Attempt(before + 1, outcome=f"the processes ended with exit code {code}{said}"))
         raise MpskitError(
-            f"the training processes stopped with exit code {code} (messages above)",
+            f"the training processes stopped with exit code {code}{said} (messages above)",
             f"fix the cause, then continue from the last checkpoint: mpskit train --resume {run_dir}",
         )
     return run_dir
+
+
+def _ranks_without_a_record(run_dir: Path, per_node: int, since: float) -> list[int]:
+    """This node's ranks that wrote no rank-N.json since SINCE."""
+    first = int(os.environ.get("NODE_RANK") or 0) * per_node
+    files = {number: run_dir / f"rank-{number}.json" for number in range(first, first + per_node)}
+    return [number for number, file in files.items() if not file.is_file() or file.stat().st_mtime < since]
 
 
 def resume(run_dir: str | Path | None = None, rebuild: bool = False, data: dict[str, str] | None = None) -> Path:

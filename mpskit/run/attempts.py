@@ -118,7 +118,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
             guard.ending = True
             attempt.outcome = f"stopped by {stop.signal_name} {stop.when}"
             _record_attempt(run, _with_measured(attempt, monitor))
-            raise Interrupted(run.path, run.last_checkpoint()) from None
+            raise Interrupted(run.path, _stop_checkpoint(run)) from None
         except Exception as err:  # noqa: BLE001 - anything but an out-of-memory error is raised again
             oom = recognise(err)
             if oom is None:
@@ -134,7 +134,7 @@ def run_attempts(run: RunDir, args: dict, ladder: Ladder, checkpoint: Path | Non
                 _plot(run)
             _record_attempt(run, _with_measured(attempt, monitor))
             if guard.signal_name:
-                raise Interrupted(run.path, run.last_checkpoint())
+                raise Interrupted(run.path, _stop_checkpoint(run), at_step_end=True)
             rungs = [entry.next_rung for entry in run.record.attempts if entry.next_rung]
             if rungs:
                 print(f"mpskit: finished; out of memory changed: {'; '.join(rungs)}", file=sys.stderr)
@@ -181,6 +181,12 @@ def _plan_rung(memory: Memory, rung: Knobs, stage: str, device: str) -> None:
     memory.predicted = estimate(ModelDims(**memory.dims), knobs, stage, device, memory.longest_batch,
                                 memory.scored_positions).as_dict()  # fmt: skip
     memory.knobs = dataclasses.asdict(knobs)
+
+
+def _stop_checkpoint(run: RunDir) -> Path | None:
+    """The checkpoint a stop names; none in a rank of several, whose launcher looks once every rank has
+    ended (a look sets incomplete checkpoints aside, and another rank may still be writing one)."""
+    return None if inside_launch() else run.last_checkpoint()
 
 
 def _point_latest(run: RunDir) -> None:

@@ -5,6 +5,8 @@ a full disk or a kill at a chosen step, are the tests' own: tests/plugins/faults
 from __future__ import annotations
 
 import math
+import signal
+import sys
 from collections.abc import Callable
 
 import torch
@@ -30,11 +32,29 @@ class StopOnSignal(TrainerCallback):
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
+        self._agree(args.device)
         if self.guard.signal_name:  # a stop saves and goes: no held-out pass (minutes on a 7B model)
             control.should_save = True
             control.should_training_stop = True
             control.should_evaluate = False
         return control
+
+    def _agree(self, device: torch.device) -> None:
+        """Among several processes, a signal to one stops them all at the end of the same step: a stop that
+        one rank alone took would leave the others waiting in their next step's collective for ever, and
+        its checkpoint (a collective too under ZeRO) unwritten. One small all-reduce a step: the highest
+        signal number any rank has."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return
+        number = signal.Signals[self.guard.signal_name].value if self.guard.signal_name else 0
+        highest = torch.tensor([number], device=device)
+        dist.all_reduce(highest, op=dist.ReduceOp.MAX)
+        if highest.item() and not self.guard.signal_name:
+            self.guard.signal_name = signal.Signals(int(highest.item())).name
+            print(f"\nmpskit: {self.guard.signal_name} to another process: saving a checkpoint at the end of "
+                  "this step", file=sys.stderr)  # fmt: skip
 
     def on_epoch_end(self, args, state, control, **kwargs):  # a stop ends the epoch: eval_strategy=epoch
         if self.guard.signal_name:

@@ -45,9 +45,28 @@ def incomplete_reason(checkpoint: Path) -> str | None:
         return "no weights"
     if weights[0].suffix == ".safetensors" and not _safetensors_whole(weights[0]):
         return f"{weights[0].name} is cut short"
+    if (checkpoint / "latest").is_file():  # DeepSpeed's: the optimizer's states are split by rank
+        return _deepspeed_states_reason(checkpoint) or (None if _torch_file(checkpoint / "scheduler.pt")
+                                                        else "no readable scheduler.pt")  # fmt: skip
     for name in ("optimizer.pt", "scheduler.pt"):
         if not _torch_file(checkpoint / name):
             return f"no readable {name}"
+    return None
+
+
+def _deepspeed_states_reason(checkpoint: Path) -> str | None:
+    """Why DeepSpeed's part of a checkpoint cannot be resumed from: the folder its `latest` file names
+    holds each rank's optimizer states, and the model's (each rank's under ZeRO-3, one file else), for
+    as many ranks as the trainer saved rng_state_N.pth files."""
+    tag = (checkpoint / "latest").read_text(encoding="utf-8").strip()
+    folder = checkpoint / tag
+    for rank in range(len(list(checkpoint.glob("rng_state_*.pth"))) or 1):
+        optimizer = sorted(folder.glob(f"*zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"))
+        model = sorted(folder.glob(f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt")) or sorted(
+            folder.glob("mp_rank_00_model_states.pt"))  # fmt: skip
+        for part, found in (("optimizer", optimizer), ("model", model)):
+            if not (found and _torch_file(found[0])):
+                return f"no readable {part} states of rank {rank} in {tag}/"
     return None
 
 

@@ -10,6 +10,8 @@ it in its server), and so does the test process itself (conftest.py).
   (a partial file in .saving/, then ENOSPC), in the first attempt only;
 - MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP=N: SIGKILL as soon as the checkpoint of step N is saved, in
   whichever attempt reaches it;
+- MPSKIT_FAKE_KILL_RANK_AT_START=N: SIGKILL to rank N of several processes as its attempt starts, before
+  the model and the data load (the other ranks then wait for it in their first collective);
 - MPSKIT_FAKE_KILL_BEFORE_MOVE=1: SIGKILL once a folder a command fills (export, tiny-model, get-model)
   is whole under its hidden name, before it moves into place (output_folder.move_into_place);
 - MPSKIT_FAKE_KILL_IN_GGUF=N: SIGKILL once N tensors of a GGUF file are written, mid-file (read as the
@@ -35,6 +37,7 @@ from transformers import TrainerCallback
 OOM_VARIABLE = "MPSKIT_FAKE_OOM_AT_STEP"
 FULL_DISK_VARIABLE = "MPSKIT_FAKE_FULL_DISK_AT_STEP"
 KILL_VARIABLE = "MPSKIT_FAKE_KILL_AFTER_SAVE_AT_STEP"
+RANK_KILL_VARIABLE = "MPSKIT_FAKE_KILL_RANK_AT_START"
 MOVE_KILL_VARIABLE = "MPSKIT_FAKE_KILL_BEFORE_MOVE"
 GGUF_KILL_VARIABLE = "MPSKIT_FAKE_KILL_IN_GGUF"
 SIGNAL_AFTER_FOLDER_VARIABLE = "MPSKIT_FAKE_SIGNAL_AFTER_RUN_FOLDER"
@@ -110,6 +113,8 @@ def install() -> None:
     plain = lf.run
 
     def run_with_faults(spec, callbacks: list | None = None) -> tuple[dict, dict, dict]:
+        if os.environ.get(RANK_KILL_VARIABLE) == os.environ.get("RANK", ""):
+            os.kill(os.getpid(), signal.SIGKILL)
         if os.environ.get(SIGNAL_IN_HASHING_VARIABLE):
             _signal_while_datasets_hashes(getattr(signal, os.environ[SIGNAL_IN_HASHING_VARIABLE]))
         return plain(spec, callbacks=[*(callbacks or []), *faults_for(spec.args)])
