@@ -1,6 +1,7 @@
 """The same presets on several processes: the CUDA planner knobs, ZeRO configs, and a real
 two-process DDP run on this CPU (gloo) for SFT, DPO and fooDPO through torchrun and mpskit's entry point."""
 
+import dataclasses
 import json
 import math
 import os
@@ -17,8 +18,9 @@ import yaml
 from conftest import ROOT, run_mpskit
 
 from mpskit.machine.hardware import load_hardware
-from mpskit.plan.memory import ModelDims
+from mpskit.plan.memory import ModelDims, estimate
 from mpskit.plan.planner import plan
+from mpskit.settings.knobs import Knobs
 
 # one at a time: each torchrun takes a free port on loopback
 pytestmark = pytest.mark.xdist_group("torchrun")
@@ -150,6 +152,16 @@ def test_deepspeed_zero_on_two_cpu_processes_trains_as_ddp_does(tmp_path, tiny_m
         assert engine["wrapped_model"] == "DeepSpeedEngine"
         assert engine["states_share"] == pytest.approx(0.5, abs=0.05)  # the optimizer's float32 states, split
         assert engine.get("weights_share") == (pytest.approx(0.5, abs=0.05) if zero == 3 else None)
+        assert engine.get("weights_share_range") == ([pytest.approx(0.5, abs=0.05)] * 2 if zero == 3 else None)
+    # the plan splits per process what DeepSpeed split: held against the shares, not bytes (on the CPU,
+    # DeepSpeed's memory_allocated is the process's RSS)
+    planned = json.loads((run / "mpskit.json").read_text())["memory"]
+    knobs, dims = Knobs(**planned["knobs"]), ModelDims(**planned["dims"])
+    assert (knobs.zero_stage, knobs.world_size) == (zero, 2)
+    shared, alone = (estimate(dims, k, "sft", "cpu").parts for k in (knobs, dataclasses.replace(knobs, world_size=1)))
+    assert shared["optimizer (AdamW)"] / alone["optimizer (AdamW)"] == pytest.approx(engine["states_share"], abs=0.05)
+    weights = shared["weights"] / alone["weights"]
+    assert weights == (pytest.approx(engine["weights_share"], abs=0.05) if zero == 3 else 1.0)
     written = yaml.safe_load((run / "llamafactory.yaml").read_text())
     assert written["use_cpu"] is False and written["deepspeed"].endswith(f"ds_z{zero}.json")
     losses = {name: [row["loss"] for row in map(json.loads, (folder / "trainer_log.jsonl").read_text().splitlines())

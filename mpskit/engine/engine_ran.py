@@ -59,7 +59,8 @@ def engine_of(trainer) -> dict:
 def zero_shares(engine, model) -> dict:
     """This process's share of what ZeRO splits: the optimizer's float32 copy of the trainable weights
     (its partitions against their count), and under ZeRO-3 the weights (each one's `ds_tensor` against
-    its `ds_numel`). About 1/world size each where the split is even."""
+    its `ds_numel`), in all and the least and most of any one. About 1/world size each where the split
+    is even."""
     trainable = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if p.requires_grad)
     optimizer = engine.optimizer
     groups = getattr(optimizer, "single_partition_of_fp32_groups", None)  # ZeRO-1 and 2
@@ -70,6 +71,8 @@ def zero_shares(engine, model) -> dict:
     if partitioned:
         held = sum(p.ds_tensor.numel() for p in partitioned)
         shares["weights_share"] = round(held / sum(p.ds_numel for p in partitioned), 4)
+        each = [p.ds_tensor.numel() / p.ds_numel for p in partitioned]
+        shares["weights_share_range"] = [round(min(each), 4), round(max(each), 4)]  # the least and most of one
     return shares
 
 
