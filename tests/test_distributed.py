@@ -215,6 +215,15 @@ def test_the_lean_logits_path_is_off_where_the_output_layer_is_sharded():
     assert "lean_logits" not in zero2  # ZeRO-2 keeps whole weights on every rank
 
 
+def test_a_rebuilt_record_of_cpu_processes_says_cpu_on_any_machine():
+    """DeepSpeed's CPU ranks train with use_cpu off: the rebuilt record reads the CPU off their gloo backend."""
+    from mpskit.recipes.train import trained_device
+
+    assert trained_device({"use_cpu": False, "ddp_backend": "gloo", "deepspeed": "ds_z3.json"}, "mps") == "cpu"
+    assert trained_device({"use_cpu": True}, "mps") == "cpu"
+    assert trained_device({"deepspeed": "ds_z3.json"}, "cuda") == "cuda"
+
+
 def test_deepspeed_on_mps_and_fsdp_off_cuda_are_refused_before_a_run_folder():
     from mpskit.settings.resolve import cuda_only
 

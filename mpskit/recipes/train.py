@@ -238,7 +238,7 @@ def rebuild_record(path: Path) -> RunDir:
     args = read_yaml(path)
     check_rebuildable(path, args)
     hardware = detect()
-    device = "cpu" if args.get("use_cpu") else hardware.device
+    device = trained_device(args, hardware.device)
     trained = bool(read_log(path)) or bool(checkpoints(path))
     finished = RunDir(path, RunRecord("", "", device)).trained_to_the_end()
     outcome = FINISHED if finished else "unknown (record rebuilt)"
@@ -258,6 +258,12 @@ def rebuild_record(path: Path) -> RunDir:
     print(f"mpskit: rebuilt the run record of {path} from its written arguments; the damaged one is kept",
           file=sys.stderr)  # fmt: skip
     return RunDir.rebuilt(path, record)
+
+
+def trained_device(args: dict, here: str) -> str:
+    """The device a run's written arguments trained on: the CPU where use_cpu is set, or where its processes
+    met over gloo (DeepSpeed's CPU ranks keep use_cpu off); else this machine's."""
+    return "cpu" if args.get("use_cpu") or args.get("ddp_backend") == "gloo" else here
 
 
 def continue_run(run: RunDir, data: dict[str, str] | None = None) -> Path:
