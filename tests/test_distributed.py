@@ -145,6 +145,8 @@ def test_deepspeed_zero_on_two_cpu_processes_trains_as_ddp_does(tmp_path, tiny_m
 
     run, said = two_cpu_processes(tmp_path, tiny_model, f"zero{zero}", f"zero={zero}")  # mpskit's ds_zN.json
     assert f"trained with DeepSpeed ZeRO-{zero} over 2 processes, gloo" in said
+    noise = [line for line in said.splitlines() if line.strip() and not line.startswith("mpskit: ")]
+    assert not noise, noise  # torchrun's banner and torch's warnings under DeepSpeed stay off the screen
     for number in (0, 1):
         engine = json.loads((run / f"rank-{number}.json").read_text())["engine"]
         assert engine["distributed_type"] == "DEEPSPEED" and engine["zero_stage"] == zero, engine

@@ -277,7 +277,8 @@ def import_engine():
 def _import_deepspeed() -> None:
     """Where DeepSpeed is installed, accelerate imports it in every run as it unwraps the model: after the
     memory monitor's baseline, with torch's deprecation warnings and DeepSpeed's choice of accelerator on
-    the screen. It is imported here with the other libraries instead, and says nothing."""
+    the screen. It is imported here with the other libraries instead, and says nothing; so does torch's
+    extension builder, which DeepSpeed's CPU ranks load as they start (it looks for CUDA's compiler)."""
     if importlib.util.find_spec("deepspeed") is None:
         return
     logging.disable(logging.WARNING)
@@ -285,6 +286,7 @@ def _import_deepspeed() -> None:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
             import deepspeed  # noqa: F401
+            import torch.utils.cpp_extension  # noqa: F401
     finally:
         logging.disable(logging.NOTSET)
 

@@ -96,11 +96,13 @@ def torchrun_command(run_dir: Path, nproc: int, nnodes: int) -> list[str]:
 
 
 def rank_environment(device: str, nproc: int) -> dict[str, str]:
-    """What the ranks add to this environment. On the CPU they see no GPU, and DeepSpeed takes the CPU as
-    its accelerator and this node's processes as its devices (without LOCAL_SIZE it counts NUMA nodes)."""
+    """What the ranks add to this environment. On the CPU they see no GPU, DeepSpeed takes the CPU as its
+    accelerator and this node's processes as its devices (without LOCAL_SIZE it counts NUMA nodes), and
+    each rank takes its share of the cores (torchrun gives each one thread, where OMP_NUM_THREADS is unset)."""
     if device != "cpu":
         return {}
-    return {"CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu", "LOCAL_SIZE": str(nproc)}
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
+    return {"CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu", "LOCAL_SIZE": str(nproc), "OMP_NUM_THREADS": threads}
 
 
 def launch(run_dir: Path, nproc: int, nnodes: int, device: str) -> int:

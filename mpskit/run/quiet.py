@@ -35,7 +35,10 @@ NOISE = ("We recommend enable mixed precision training", "We recommend enable `u
 # Python warnings of the same kind, off the screen (not kept): trl's own deprecation inside
 # LLaMA-Factory's DPO trainer, and torch's as DeepSpeed is imported (accelerate imports it wherever it is
 # installed).
-WARNINGS_NOISE = ("The `padding_value` property is deprecated", "`torch.jit.script` is deprecated")
+WARNINGS_NOISE = ("The `padding_value` property is deprecated", "`torch.jit.script` is deprecated",
+                  # DeepSpeed's collectives, at every step of a ZeRO run
+                  "`torch.distributed.all_gather_into_tensor` is deprecated",
+                  "`torch.distributed.reduce_scatter_tensor` is deprecated")  # fmt: skip
 
 
 def _not_noise(record: logging.LogRecord) -> bool:
