@@ -291,7 +291,7 @@ def test_a_stop_signal_stops_both_ranks_at_one_step_and_resume_finishes_from_the
     now runs in a session of its own, and mpskit hands each rank the one signal."""
     import psutil
 
-    steps = 16
+    steps = 10
     child = start_two_ranks(tmp_path, tiny_model, "stopped", f"max_steps={steps}")
     log = tmp_path / "output" / "stopped" / "latest" / "trainer_log.jsonl"
     deadline = time.time() + 300

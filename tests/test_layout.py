@@ -149,8 +149,8 @@ def test_mpskits_own_settings_are_read_by_name_only_in_their_homes():
     - lean_logits, lean_attention (knobs.OwnKnobs), the RunSettings fields and fooDPO's keys
       (foodpo.FooDPOConfig): a subscript, .get/.pop/.setdefault or a dict literal's key, only in knobs,
       run_settings, foodpo, run_spec, validate's ranges and the record's own reading (rundir.record);
-    - the choices that pick layers (preset, model_preset, hardware, device): read only in resolve,
-      which pops them from the user's keys (a dict literal elsewhere is an output's field name).
+    - the choices that pick layers or a file (preset, model_preset, hardware, device, zero): read only in
+      resolve, which pops them from the user's keys (a dict literal elsewhere is an output's field name).
     Everywhere else they are fields of a typed value."""
     import dataclasses
 
@@ -161,7 +161,7 @@ def test_mpskits_own_settings_are_read_by_name_only_in_their_homes():
 
     settings = set(OWN_KEYS) | {item.name for item in dataclasses.fields(RunSettings)} | set(FOODPO_KEYS)
     choices = set(MPSKIT_KEYS) - settings - {"run_name"}  # run_name is transformers' too
-    assert choices == {"preset", "model_preset", "hardware", "device"}
+    assert choices == {"preset", "model_preset", "hardware", "device", "zero"}
     homes = {f"mpskit.settings.{name}" for name in ("knobs", "run_settings", "foodpo", "run_spec", "validate")}
     homes.add("mpskit.rundir.record")
     named = []

@@ -45,13 +45,13 @@ def incomplete_reason(checkpoint: Path) -> str | None:
         return "no weights"
     if weights[0].suffix == ".safetensors" and not _safetensors_whole(weights[0]):
         return f"{weights[0].name} is cut short"
-    if (checkpoint / "latest").is_file():  # DeepSpeed's: the optimizer's states are split by rank
-        return _deepspeed_states_reason(checkpoint) or (None if _torch_file(checkpoint / "scheduler.pt")
-                                                        else "no readable scheduler.pt")  # fmt: skip
-    for name in ("optimizer.pt", "scheduler.pt"):
-        if not _torch_file(checkpoint / name):
-            return f"no readable {name}"
-    return None
+    if (checkpoint / "latest").is_file():  # DeepSpeed's: the optimizer's states split by rank
+        why = _deepspeed_states_reason(checkpoint)
+        if why:
+            return why
+    elif not any(_torch_file(checkpoint / name) for name in ("optimizer.pt", "optimizer.bin")):  # .bin: FSDP's
+        return "no readable optimizer.pt"
+    return None if _torch_file(checkpoint / "scheduler.pt") else "no readable scheduler.pt"
 
 
 def _deepspeed_states_reason(checkpoint: Path) -> str | None:
