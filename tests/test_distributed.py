@@ -79,6 +79,7 @@ def test_plan_shows_per_process_memory_for_eight_gpus():
 def test_two_processes_train_through_torchrun_on_this_cpu(tmp_path, tiny_model, stage):
     words = [f"preset={stage}", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
              "cutoff_len=128", "num_train_epochs=1", "logging_steps=2", "device=cpu"]  # fmt: skip
+    (tmp_path / "datasets.py").write_text("raise ImportError('the working folder shadowed the library')\n")
     result = run_mpskit("train", *words, cwd=tmp_path, env={"NPROC_PER_NODE": "2"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 processes: torch.distributed.run" in result.stderr

@@ -19,6 +19,7 @@ import psutil
 
 from mpskit.errors import MpskitError
 from mpskit.machine.hardware import Hardware
+from mpskit.self_command import mpskit_command
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # those run/signals.py stops a training on
 
@@ -84,14 +85,16 @@ def _free_port() -> int:
 
 
 def torchrun_command(run_dir: Path, nproc: int, nnodes: int) -> list[str]:
+    """torchrun, starting `mpskit rank RUN_DIR` on every rank as self_command starts mpskit: with `-P`
+    and this process's import path, so a user's `datasets.py` in the working folder shadows nothing."""
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-P", "-m", "torch.distributed.run",
         "--nnodes", str(nnodes),
         "--node_rank", os.environ.get("NODE_RANK") or "0",
         "--nproc_per_node", str(nproc),
         "--master_addr", os.environ.get("MASTER_ADDR", "127.0.0.1"),
         "--master_port", os.environ.get("MASTER_PORT") or str(_free_port()),
-        "-m", "mpskit.cli", "rank", str(run_dir),
+        "--no-python", *mpskit_command("rank", str(run_dir)),
     ]  # fmt: skip
 
 
@@ -113,7 +116,8 @@ def launch(run_dir: Path, nproc: int, nnodes: int, device: str) -> int:
     check_rendezvous(nnodes)
     command = torchrun_command(run_dir, nproc, nnodes)
     count = nproc * nnodes
-    print(f"mpskit: {count} process{'es' if count > 1 else ''}: {' '.join(command[2:])}", file=sys.stderr)
+    shown = [*command[3 : command.index("--no-python")], "mpskit", "rank", str(run_dir)]
+    print(f"mpskit: {count} process{'es' if count > 1 else ''}: {' '.join(shown)}", file=sys.stderr)
     env = {**os.environ, **rank_environment(device, nproc)}
     torchrun = subprocess.Popen(command, env=env, start_new_session=True)
     previous = {number: signal.signal(number, _to_ranks_of(torchrun.pid)) for number in STOP_SIGNALS}
