@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, run_mpskit
+from conftest import ROOT, run_llamafactory_cli, run_mpskit
 from test_e2e import FAST, assert_trained, llamafactory_cli_train, losses
+
+from mpskit.settings.foodpo import FOODPO_KEYS
 
 pytestmark = pytest.mark.e2e
 SHORT = [*FAST, "max_steps=8", "logging_steps=1", "eval_strategy=no", "save_steps=1000"]
@@ -64,8 +66,15 @@ def test_foodpo_learns_and_logs_its_beta(tmp_path, tiny_model):
 
 
 def test_plain_llamafactory_refuses_a_foodpo_yaml(tmp_path, tiny_model):
+    """Never a silent plain-DPO run: LLaMA-Factory refuses fooDPO's keys, and without them its stage."""
     done, _ = llamafactory_cli_train(tmp_path, "preset=foodpo", f"model_name_or_path={tiny_model}", *SHORT)
-    assert done.returncode != 0  # never a silent plain-DPO run
+    assert done.returncode != 0 and "keys are not used by the HfArgumentParser" in done.stderr, done.stderr[-2000:]
+    assert "pref_beta_scale" in done.stderr.splitlines()[-1]
+    written = tmp_path / "llamafactory.yaml"
+    args = {key: value for key, value in yaml.safe_load(written.read_text()).items() if key not in FOODPO_KEYS}
+    written.write_text(yaml.safe_dump(args))
+    stage_only = run_llamafactory_cli("train", str(written), cwd=tmp_path)
+    assert stage_only.returncode != 0 and stage_only.stderr.splitlines()[-1].endswith("Unknown task: foodpo.")
 
 
 def test_foodpo_script_runs_with_its_knobs(tmp_path, tiny_model):
