@@ -108,7 +108,8 @@ def fp16_supported(hw: Hardware) -> bool:
 
 
 def bf16_is_fast(hw: Hardware) -> bool:
-    """M1/M2 emulate bf16 (no speed-up), so mpskit only picks it from M3 on and on Ampere+ GPUs."""
+    """Whether 16-bit compute is faster than float32: on Ampere and newer GPUs, and from M3 on. M1/M2
+    emulate bf16: their runs stay in float32 unless the planner needs bf16's half memory to fit."""
     if hw.kind == "apple-silicon":
         return bf16_supported(hw) and (hw.chip_generation or 0) >= 3
     return bf16_supported(hw)

@@ -3,9 +3,10 @@
 The estimate is a breakdown in bytes of what one optimizer step holds at its peak: frozen weights,
 LoRA weights with their gradients and AdamW states, the activations autograd saves per decoder
 layer, the float32 logits and log-softmax over the vocabulary (large for Qwen's 151,936 tokens), the
-reference forward of DPO/fooDPO, and a fixed overhead. It counts what a Qwen2 decoder layer saves for
-backward in transformers 5 with peft LoRA; the constants marked "calibrated" come from
-`bench/memory_accuracy.py` on this project's CPU reference machine and are published with their error.
+reference forward of DPO/fooDPO, and a fixed overhead. It counts what a decoder layer of the model
+types in LEAN_MODEL_TYPES saves for backward in transformers 5 with peft LoRA. Each fitted constant says
+beside it which bench fitted it (bench/memory_accuracy.py, bench/real.py, bench/qlora.py, ...), on which
+device, and with what error.
 
 `training` is the memory the run adds on top of an imported framework; `framework` is that import
 footprint (torch, transformers, LLaMA-Factory), which counts against RAM but not against a GPU.

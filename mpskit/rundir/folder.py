@@ -1,6 +1,7 @@
 """A run folder: where a new one goes (output/<run>/<timestamp>, claimed by one process), the
 `latest` link beside it, its llamafactory.yaml, and `RunDir`, the folder opened once and passed
-around, through which every file of the run mpskit keeps is read and written. No torch import.
+around, through which mpskit reads and writes the run's record, arguments and data registration. The
+trainer writes its checkpoints, logs and results itself, and each rank its rank-N.json. No torch import.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def check_rebuildable(run_dir: Path, args: dict) -> None:
 
 class RunDir:
     """One run folder, opened once and passed around: its record lives here in memory and is saved
-    (atomically) after each change. Every file of the folder is read and written through it."""
+    (atomically) after each change."""
 
     def __init__(self, path: Path, record: RunRecord) -> None:
         self.path = path

@@ -1,8 +1,9 @@
 """The knobs the planner and the out-of-memory ladder may move, in one table. No torch import.
 
-Everything about a knob lives here: its field in `Knobs`, the LLaMA-Factory keys that set it (and,
-when the user or the hardware profile sets any of them, pin it), how it is read from and written to
-those keys, where it sits in the give-up order with its floor, and how it is said in words.
+What a knob is lives here: its field in `Knobs`, the LLaMA-Factory keys that set it (and, when the user
+or the hardware profile sets any of them, pin it), how it is read from and written to those keys, where
+it sits in the give-up order with its floor, and how it is said in words. What acts on a knob (the
+planner, the memory model, the engine's bends) reads its value off the typed run.
 """
 
 from __future__ import annotations
