@@ -79,7 +79,6 @@ def test_plan_shows_per_process_memory_for_eight_gpus():
 def test_two_processes_train_through_torchrun_on_this_cpu(tmp_path, tiny_model, stage):
     words = [f"preset={stage}", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
              "cutoff_len=128", "num_train_epochs=1", "logging_steps=2", "device=cpu"]  # fmt: skip
-    (tmp_path / "datasets.py").write_text("raise ImportError('the working folder shadowed the library')\n")
     result = run_mpskit("train", *words, cwd=tmp_path, env={"NPROC_PER_NODE": "2"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 processes: torch.distributed.run" in result.stderr
@@ -264,12 +263,15 @@ def test_two_nodes_on_loopback_train_one_run_with_global_ranks(tmp_path, tiny_mo
 
 def start_two_ranks(cwd: Path, tiny_model: Path, name: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
     """`mpskit train` over 2 CPU processes under ZeRO-3, in an interpreter and a session of its own (the test
-    signals its ranks, or its whole process group as a terminal's Ctrl-C does)."""
+    signals its ranks, or its whole process group as a terminal's Ctrl-C does). Started as the `mpskit`
+    command starts (no working folder on its import path), beside a `datasets.py` of the user's, which
+    shadowed the library on every rank while torchrun started them with `python -m`."""
+    (cwd / "datasets.py").write_text("raise ImportError('the working folder shadowed the library')\n")
     words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
              "cutoff_len=128", "logging_steps=1", "save_steps=3", "device=cpu", "zero=3",
              f"run_name={name}"]  # fmt: skip
     env = {**os.environ, "NPROC_PER_NODE": "2", **(env or {})}
-    command = [sys.executable, "-m", "mpskit.cli", "train", *words, *extra]
+    command = [sys.executable, "-P", "-m", "mpskit.cli", "train", *words, *extra]
     return subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
