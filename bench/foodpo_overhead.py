@@ -30,7 +30,7 @@ def main() -> int:
         print(f"no model at {opts.model}; build one with `mpskit tiny-model {opts.model}`", file=sys.stderr)
         return 2
 
-    from mpskit.engine.foodpo_trainer import build_dpo_trainer
+    from mpskit.engine.trainer_builders import build_dpo_trainer
     from mpskit.settings.foodpo import FooDPOConfig
 
     args = {

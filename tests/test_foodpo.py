@@ -58,7 +58,7 @@ def trainer_args(tiny_model, tmp_path) -> dict:
 
 @pytest.fixture(scope="module")
 def trainers(tiny_model, tmp_path_factory):
-    from mpskit.engine.foodpo_trainer import build_dpo_trainer
+    from mpskit.engine.trainer_builders import build_dpo_trainer
 
     args = trainer_args(tiny_model, tmp_path_factory.mktemp("foodpo"))
     foo = build_dpo_trainer(args, FooDPOConfig(pref_beta_scale=0.5))

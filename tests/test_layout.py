@@ -173,6 +173,26 @@ def test_mpskits_own_settings_are_read_by_name_only_in_their_homes():
     assert named == []
 
 
+def test_no_modules_import_each_other():
+    """Imports run one way: no circle of modules, lazy imports inside functions counted too."""
+    found = modules()
+    graph = {name: imported(tree, set(found)) & set(found) - {name} for name, tree in found.items()}
+    circles, done = [], set()
+
+    def walk(name: str, path: list[str]) -> None:
+        for other in sorted(graph[name]):
+            if other in path:
+                circles.append(" -> ".join([*path[path.index(other) :], other]))
+            elif other not in done:
+                walk(other, [*path, other])
+        done.add(name)
+
+    for name in sorted(graph):
+        if name not in done:
+            walk(name, [name])
+    assert circles == []
+
+
 def test_the_layout_page_names_every_module():
     """docs/layout.md is where a newcomer finds a module: each one in the package is named there."""
     page = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")

@@ -182,7 +182,7 @@ def test_dpo_and_foodpo_lean_equal_plain(qwen_vocab_model, tmp_path, foodpo):
 
 
 def dpo_lean_equals_plain(model: Path, tmp_path: Path, foodpo: FooDPOConfig | None) -> None:
-    from mpskit.engine.foodpo_trainer import build_dpo_trainer
+    from mpskit.engine.trainer_builders import build_dpo_trainer
 
     args = trainer_args(model, tmp_path, "dpo")
     plain = build_dpo_trainer(args, foodpo, lean=False)
@@ -251,7 +251,8 @@ def test_a_llama_model_trains_end_to_end_on_both_lean_paths(tmp_path, tiny_model
 
 
 def build_sft_trainer(args: dict, lean: bool):
-    from mpskit.engine.lean_trainers import CustomSeq2SeqTrainer, LeanPath, LeanSFTTrainer, build_trainer
+    from mpskit.engine.lean_trainers import CustomSeq2SeqTrainer, LeanPath, LeanSFTTrainer
+    from mpskit.engine.trainer_builders import build_trainer
 
     return build_trainer(args, functools.partial(LeanSFTTrainer, lean=LeanPath(True)) if lean else CustomSeq2SeqTrainer)
 
@@ -278,7 +279,7 @@ def sft_lean_equals_plain(model: Path, tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_full_finetuning_falls_back_and_says_so(qwen_vocab_model, tmp_path, capsys):
-    from mpskit.engine.foodpo_trainer import build_dpo_trainer
+    from mpskit.engine.trainer_builders import build_dpo_trainer
 
     args = {**trainer_args(qwen_vocab_model, tmp_path, "dpo"), "finetuning_type": "full", "pref_loss": "orpo"}
     args.pop("lora_target")
@@ -387,8 +388,8 @@ def test_a_packed_vocabulary_equals_llamafactory_on_the_layers_dequantized(qwen_
     """Lean logits on the 4-bit packed output layer, chunk by chunk of the vocabulary (and the packed
     embedding's lookups), against LLaMA-Factory's own loss on plain layers holding the same weights."""
     from mpskit.engine.bends import packed_vocabulary
-    from mpskit.engine.foodpo_trainer import build_dpo_trainer
     from mpskit.engine.quantized_vocab import PackedOutput
+    from mpskit.engine.trainer_builders import build_dpo_trainer
     from mpskit.settings.run_spec import RunSpec
 
     args = {**trainer_args(qwen_vocab_model, tmp_path, stage), "quantization_bit": 4}

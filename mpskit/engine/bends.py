@@ -30,6 +30,9 @@ from packaging.version import InvalidVersion, Version
 from mpskit.errors import warn
 
 if TYPE_CHECKING:
+    from mpskit.engine.lean_attention import LeanAttention
+    from mpskit.engine.lean_trainers import LeanPath
+    from mpskit.settings.foodpo import FooDPOConfig
     from mpskit.settings.run_spec import RunSpec
 
 
@@ -104,6 +107,20 @@ def replaced(target: str, value: object) -> Iterator[None]:
         setattr(module, name, before)
 
 
+def trainers(lean: LeanPath, attention: LeanAttention, foodpo: FooDPOConfig | None) -> tuple:
+    """What LLaMA-Factory's SFT and DPO workflows build in a run (LEAN): the lean trainers, and for
+    stage: foodpo the fooDPO trainer."""
+    from mpskit.engine import lean_trainers
+
+    lean_trainers.check_seam()
+    sft = functools.partial(lean_trainers.LeanSFTTrainer, lean=lean, attention=attention)
+    if foodpo is None:
+        return sft, functools.partial(lean_trainers.LeanDPOTrainer, lean=lean, attention=attention)
+    from mpskit.engine.foodpo_trainer import FooDPOTrainer
+
+    return sft, functools.partial(FooDPOTrainer, lean=lean, attention=attention, foodpo=foodpo)
+
+
 @contextlib.contextmanager
 def training_bends(spec: RunSpec) -> Iterator[tuple]:
     """Within: every bend a training run of SPEC needs (the 4-bit ones for a quantized base). Gives
@@ -130,7 +147,7 @@ def training_bends(spec: RunSpec) -> Iterator[tuple]:
         stack.enter_context(replaced(LOG.targets[0], FullLogCallback))
         for target in RESUMABLE.targets:
             stack.enter_context(replaced(target, resumable.resumable(current(target))))
-        for target, trainer in zip(LEAN.targets, lean_trainers.trainers(lean, attention, spec.foodpo), strict=True):
+        for target, trainer in zip(LEAN.targets, trainers(lean, attention, spec.foodpo), strict=True):
             stack.enter_context(replaced(target, trainer))
         if quantized_base:
             quantized.import_bitsandbytes()

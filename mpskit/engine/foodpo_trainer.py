@@ -7,12 +7,10 @@ in the same chunked pass as the answers'. Never an extra pass. Imports torch and
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from llamafactory.extras.constants import IGNORE_INDEX
 
-from mpskit.engine.lean_trainers import CustomDPOTrainer, LeanDPOTrainer, LeanPath, build_trainer
+from mpskit.engine.lean_trainers import LeanDPOTrainer
 from mpskit.settings.foodpo import FooDPOConfig
 
 
@@ -113,13 +111,3 @@ class FooDPOTrainer(LeanDPOTrainer):
         metrics[f"{prefix}log_prompt_perplexity"] = log_ppl.mean().item()
         metrics[f"{prefix}dynamic_beta"] = beta.mean().item()
         return loss, metrics
-
-
-def build_dpo_trainer(args: dict, foodpo: FooDPOConfig | None = None, lean: bool = False) -> CustomDPOTrainer:
-    """LLaMA-Factory's DPO trainer as mpskit runs it (fooDPO's, given a config; its lean path on or
-    off) built the way run_dpo builds it, for measurements and tests that need the trainer itself."""
-    if foodpo is not None:
-        cls = functools.partial(FooDPOTrainer, foodpo=foodpo, lean=LeanPath(lean))
-    else:
-        cls = functools.partial(LeanDPOTrainer, lean=LeanPath(lean))
-    return build_trainer(dict(args, stage="dpo"), cls)

@@ -11,7 +11,6 @@ through resumable.py (checkpoints that appear only when complete). Imports torch
 
 from __future__ import annotations
 
-import functools
 import inspect
 
 import torch
@@ -26,7 +25,6 @@ from mpskit.engine.lean_logits import final_hidden_states, mean_logit_per_positi
 from mpskit.engine.lean_switch import LeanSwitch
 from mpskit.engine.resumable import Resumable
 from mpskit.errors import MpskitError
-from mpskit.settings.foodpo import FooDPOConfig
 
 CustomDPOTrainer = lf_dpo_trainer.CustomDPOTrainer
 CustomSeq2SeqTrainer = lf_sft_workflow.CustomSeq2SeqTrainer
@@ -172,52 +170,3 @@ def check_seam() -> None:
             "this LLaMA-Factory no longer builds its trainers the way mpskit hooks into",
             "install the pinned llamafactory==0.9.5 (make install)",
         )
-
-
-def trainers(lean: LeanPath, attention: LeanAttention, foodpo: FooDPOConfig | None) -> tuple:
-    """What LLaMA-Factory's SFT and DPO workflows build in a run (bends.LEAN): the lean trainers, and
-    for stage: foodpo the fooDPO trainer."""
-    check_seam()
-    sft = functools.partial(LeanSFTTrainer, lean=lean, attention=attention)
-    if foodpo is None:
-        return sft, functools.partial(LeanDPOTrainer, lean=lean, attention=attention)
-    from mpskit.engine.foodpo_trainer import FooDPOTrainer
-
-    return sft, functools.partial(FooDPOTrainer, lean=lean, attention=attention, foodpo=foodpo)
-
-
-def build_trainer(args: dict, trainer_class):
-    """A trainer for an sft or dpo run built the way LLaMA-Factory's run_sft / run_dpo build theirs
-    (its data, collator and model), for measurements and tests that need the trainer object itself."""
-    from llamafactory.data import (
-        PairwiseDataCollatorWithPadding,
-        SFTDataCollatorWith4DAttentionMask,
-        get_dataset,
-        get_template_and_fix_tokenizer,
-    )
-    from llamafactory.hparams import get_train_args
-    from llamafactory.model import load_model, load_tokenizer
-
-    model_args, data_args, training_args, finetuning_args, _ = get_train_args(args)
-    tokenizer_module = load_tokenizer(model_args)
-    template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
-    sft = args["stage"] == "sft"
-    dataset_module = get_dataset(
-        template, model_args, data_args, training_args, stage="sft" if sft else "rm", **tokenizer_module
-    )
-    model = load_model(tokenizer_module["tokenizer"], model_args, finetuning_args, training_args.do_train)
-    collator_class = SFTDataCollatorWith4DAttentionMask if sft else PairwiseDataCollatorWithPadding
-    collator = collator_class(
-        template=template, model=model, pad_to_multiple_of=8, label_pad_token_id=IGNORE_INDEX, **tokenizer_module
-    )
-    extra = {} if sft else {"ref_model": None}
-    return trainer_class(
-        model=model,
-        args=training_args,
-        finetuning_args=finetuning_args,
-        data_collator=collator,
-        callbacks=[],
-        **extra,
-        **dataset_module,
-        **tokenizer_module,
-    )
