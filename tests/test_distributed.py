@@ -317,7 +317,8 @@ def test_a_stop_signal_stops_both_ranks_at_one_step_and_resume_finishes_from_the
     stopped_at = logged_steps(run)[-1]
     assert stopped_at < steps and (run / f"checkpoint-{stopped_at}" / "latest").is_file()  # DeepSpeed's states
 
-    resumed = run_mpskit("train", "--resume", str(run), cwd=tmp_path)
+    resume = [sys.executable, "-P", "-m", "mpskit.cli", "train", "--resume", str(run)]  # as `mpskit` starts
+    resumed = subprocess.run(resume, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "trained with DeepSpeed ZeRO-3 over 2 processes, gloo" in resumed.stderr
     ranks = [json.loads((run / f"rank-{number}.json").read_text()) for number in (0, 1)]
