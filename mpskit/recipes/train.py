@@ -186,12 +186,12 @@ def _stop_recorded(run: RunDir, held: str | None) -> Iterator[None]:
         raise Interrupted(run.path, None) from None
 
 
-def _launch(run_dir: Path, processes: tuple[int, int], device: str) -> Path:
+def _launch(run: RunDir, processes: tuple[int, int]) -> Path:
     """The run's processes through torchrun. A stop that rank 0 recorded ends as a stop does in one process;
     processes that ended without a record (killed) leave an attempt that says which."""
-    before, started = len(RunDir.open(run_dir).record.attempts), time.time()
-    code = launch(run_dir, *processes, device)
-    run = RunDir.open(run_dir)
+    run_dir, before, started = run.path, len(run.record.attempts), time.time()
+    code = launch(run_dir, *processes, run.record.device)
+    run = RunDir.open(run_dir)  # as the ranks left it
     silent = _ranks_without_a_record(run_dir, processes[0], started) if code != 0 else []
     ranks = f"rank{'s' * (len(silent) > 1)} {', '.join(map(str, silent))}"
     said = f"; {ranks} ended without a record (killed?)" if silent else ""
@@ -335,7 +335,7 @@ def _continue(run: RunDir, checkpoint: Path | None) -> Path:
     processes = tuple(run.record.processes)
     distributed = launched(processes, run.yaml_args())
     if distributed and not inside_launch():
-        return _launch(run.path, processes, run.record.device)
+        return _launch(run, processes)
     enter_run_environment(run.record)
     args = run.train_args()
     saved = run.record.ladder or Ladder([], knobs.DEFAULT_CUTOFF_FLOOR)
