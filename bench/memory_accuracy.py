@@ -124,7 +124,7 @@ QUANTIZED = [
     ("qwen2.5-0.5b", Case("foodpo", 2048, 1, 8, True, lean_logits=True, lean_attention=True, quantization_bit=4)),
     ("qwen2.5-0.5b", Case("sft", 512, 1, 8, True, lean_logits=True, quantization_bit=8)),
 ]
-# Held out of the calibration of the quantized runs' heap (TRIMMED_HEAP_KEPT_FRACTION in memory.py).
+# Held out of the calibration of the quantized runs' heap (TRIMMED_HEAP_KEPT_FRACTION in plan/allocators.py).
 QUANTIZED_HELD_OUT = [
     ("mid", Case("foodpo", 1024, 1, 8, True, lean_logits=True, quantization_bit=4)),
     ("qwen2.5-0.5b", Case("dpo", 512, 1, 8, True, lean_logits=True, quantization_bit=8)),

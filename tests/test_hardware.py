@@ -3,6 +3,7 @@ import os
 import pytest
 
 from mpskit.errors import MpskitError
+from mpskit.machine.allocator import EXACT, GLIBC_HEAP, UNMEASURED, this_c_library, trims_heap
 from mpskit.machine.hardware import (
     Hardware,
     at_least,
@@ -40,6 +41,19 @@ def test_devices_follow_the_kind():
     assert load_hardware("intel-mac").device == "cpu"
     assert load_hardware("cuda-24gb").device == "cuda"
     assert load_hardware("cpu").device == "cpu"
+
+
+def test_the_allocator_follows_the_device_and_the_c_library():
+    """machine/ names the allocator once; the plan's profile and the run's heap trims read that name."""
+    assert load_hardware("cuda-24gb").allocator() == EXACT
+    assert load_hardware("cpu").allocator() == GLIBC_HEAP  # a named Linux machine
+    assert load_hardware("intel-mac").allocator() == UNMEASURED
+    m1 = load_hardware("m1-8gb")
+    assert m1.allocator() == m1.allocator("cpu") == UNMEASURED  # MPS, and macOS's CPU
+    here = detect()
+    assert here.c_library == this_c_library()
+    assert trims_heap("cpu") == (here.allocator("cpu") == GLIBC_HEAP)
+    assert not trims_heap("cuda") and not trims_heap("mps")
 
 
 def mac(torch: str, macos: str, generation: int) -> Hardware:

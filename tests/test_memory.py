@@ -4,19 +4,25 @@ from dataclasses import replace
 
 import pytest
 
-from mpskit.plan.memory import (
+from mpskit.machine.allocator import EXACT, GLIBC_HEAP, UNMEASURED
+from mpskit.plan.allocators import (
     ACTIVATION_FACTOR,
-    ATTENTION_GRADIENT_COPIES,
     AUTOCAST_HALF_HEAP_KEPT_FRACTION,
-    EVAL_CPU_OVERHEAD_BYTES,
+    EVAL_OVERHEAD_BYTES,
+    GLIBC_RUN_OVERHEAD_BYTES,
+    GPU_RUN_OVERHEAD_BYTES,
+    LOADING_COPIES,
+    MMAP_CEILING_BYTES,
+    PROFILES,
+    TRIMMED_NATIVE_HALF_HEAP,
+    WEIGHT_FACTOR,
+)
+from mpskit.plan.memory import (
+    ATTENTION_GRADIENT_COPIES,
     GB,
     LEAN_ATTENTION_BLOCK_COPIES,
     LEAN_CHUNK_BYTES,
-    LOADING_COPIES,
     LOGIT_COPIES,
-    RUN_OVERHEAD_BYTES,
-    TRIMMED_NATIVE_HALF_HEAP,
-    WEIGHT_FACTOR,
     Knobs,
     ModelDims,
     activation_width,
@@ -30,6 +36,7 @@ from mpskit.plan.memory import (
 )
 
 QWEN25_05B = ModelDims(hidden=896, layers=24, heads=14, kv_heads=2, ffn=4864, vocab=151936, model_type="qwen2")
+GLIBC = PROFILES[GLIBC_HEAP]
 TOY = ModelDims(hidden=64, layers=2, heads=4, kv_heads=2, ffn=256, vocab=1000, model_type="qwen2")
 
 
@@ -99,7 +106,7 @@ def test_on_cuda_a_checkpoint_stored_in_the_compute_dtype_costs_its_bytes():
     cpu = estimate(bf16_checkpoint, replace(one_row, dtype="fp32"), "sft", "cpu")  # computed as stored
     hidden_rows = 1024 * 896 * 2
     assert cuda.eval_parts["held-out logits"] == cpu.eval_parts["held-out logits"] == 2 * LEAN_CHUNK_BYTES + hidden_rows
-    assert cpu.eval_parts["weights"] == 494_032_768 * 2 and cpu.eval_parts["overhead"] == EVAL_CPU_OVERHEAD_BYTES
+    assert cpu.eval_parts["weights"] == 494_032_768 * 2 and cpu.eval_parts["overhead"] == EVAL_OVERHEAD_BYTES
 
 
 def test_the_held_out_logits_are_counted_over_the_positions_the_batch_scores():
@@ -128,9 +135,9 @@ def test_dims_from_a_hugging_face_config_and_from_a_preset_agree():
 def test_saved_activation_elements_per_token_and_layer():
     knobs = Knobs(batch=1, cutoff_len=128, lora_rank=8)
     # 8h (norm inputs and outputs, q k v and attention output) + 4 ffn (SwiGLU) + 7r (LoRA)
-    assert layer_activation_elements(TOY, knobs, fused=True) == (8 * 64 + 4 * 256 + 7 * 8, 0)
+    assert layer_activation_elements(TOY, knobs, True, GLIBC) == (8 * 64 + 4 * 256 + 7 * 8, 0)
     # eager attention keeps the float32 probabilities: heads x s per token
-    assert layer_activation_elements(TOY, knobs, fused=False) == (8 * 64 + 4 * 256 + 7 * 8, 4 * 128)
+    assert layer_activation_elements(TOY, knobs, False, GLIBC) == (8 * 64 + 4 * 256 + 7 * 8, 4 * 128)
 
 
 def test_a_16_bit_base_under_autocast_saves_a_16_bit_copy_of_each_lora_input():
@@ -138,13 +145,13 @@ def test_a_16_bit_base_under_autocast_saves_a_16_bit_copy_of_each_lora_input():
     knobs = Knobs(batch=1, cutoff_len=128, lora_rank=8, dtype="bf16", checkpointing=False)
     counted = 8 * 64 + 4 * 256 + 7 * 8
     # peft casts q, k, v, o, gate and up's input to float32 and autocast casts it back: six hidden-wide copies
-    assert layer_activation_elements(bf16, knobs, fused=True, device="cuda") == (counted + 6 * 64, 0)
+    assert layer_activation_elements(bf16, knobs, True, PROFILES[EXACT]) == (counted + 6 * 64, 0)
     # bitsandbytes' LoRA layers skip the cast under CUDA's autocast
     quantized = replace(knobs, quantization_bit=4)
-    assert layer_activation_elements(bf16, quantized, fused=True, device="cuda") == (counted, 0)
+    assert layer_activation_elements(bf16, quantized, True, PROFILES[EXACT]) == (counted, 0)
     # measured on the CPU too; MPS borrows the CPU's float32 factors, which cover them
-    assert layer_activation_elements(bf16, knobs, fused=True, device="cpu") == (counted + 6 * 64, 0)
-    assert layer_activation_elements(bf16, knobs, fused=True, device="mps") == (counted, 0)
+    assert layer_activation_elements(bf16, knobs, True, GLIBC) == (counted + 6 * 64, 0)
+    assert layer_activation_elements(bf16, knobs, True, PROFILES[UNMEASURED]) == (counted, 0)
     steps = {device: estimate(bf16, knobs, "sft", device).parts["activations"] for device in ("cuda", "cpu")}
     assert steps["cuda"] == TOY.layers * 128 * (counted + 6 * 64) * 2  # every layer's, at 16 bits
 
@@ -155,30 +162,31 @@ def test_a_16_bit_base_under_autocast_on_the_cpu_keeps_its_weights_as_the_file_s
     knobs = Knobs(batch=2, cutoff_len=256, dtype="bf16", checkpointing=True, lean_logits=True)
     under_autocast = estimate(bf16, knobs, "sft", "cpu").parts
     assert under_autocast["weights"] == int(bf16.params() * 2)
-    share = AUTOCAST_HALF_HEAP_KEPT_FRACTION[True] * bf16.layers * layer_buffers(bf16, knobs, 512)
-    assert under_autocast["heap kept (CPU)"] == int(share)
+    share = AUTOCAST_HALF_HEAP_KEPT_FRACTION[True] * bf16.layers * layer_buffers(bf16, knobs, 512, MMAP_CEILING_BYTES)
+    assert under_autocast["heap kept (glibc)"] == int(share)
     # computed as stored (no autocast), the weights keep the fitted per-parameter factor
     assert estimate(bf16, replace(knobs, dtype="fp32"), "sft", "cpu").parts["weights"] > bf16.params() * 2
     # quantized, nothing is a mapped file page: the heap is trimmed instead
-    assert estimate(bf16, replace(knobs, quantization_bit=4), "sft", "cpu").parts["heap kept (CPU)"] < share
+    assert estimate(bf16, replace(knobs, quantization_bit=4), "sft", "cpu").parts["heap kept (glibc)"] < share
 
 
 def test_a_quantized_base_computed_as_stored_keeps_one_layer_s_heap_whatever_its_depth():
     """The CPU trims the heap before each layer: what stays is one layer's recomputed forward and backward."""
     knobs = Knobs(batch=2, cutoff_len=256, lora_rank=8, dtype="fp32", quantization_bit=4, checkpointing=True)
     shallow = ModelDims(1024, 16, 16, 16, 4096, 1000, checkpoint_dtype="bf16", model_type="qwen2")
-    kept = heap_kept(shallow, knobs, 512)
-    assert kept == heap_kept(replace(shallow, layers=32), knobs, 512)
+    kept = heap_kept(shallow, knobs, 512, GLIBC)
+    assert kept == heap_kept(replace(shallow, layers=32), knobs, 512, GLIBC)
     # the layer's weights dequantized in float32: q, o, k, v 4 MiB each, gate, up, down 16 MiB each
     dequantized = (4 * 1024 * 1024 + 3 * 1024 * 4096) * 4
-    assert kept == int(TRIMMED_NATIVE_HALF_HEAP["layer buffers"] * layer_buffers(shallow, knobs, 512)
+    buffers = layer_buffers(shallow, knobs, 512, MMAP_CEILING_BYTES)
+    assert kept == int(TRIMMED_NATIVE_HALF_HEAP["layer buffers"] * buffers
                        + TRIMMED_NATIVE_HALF_HEAP["dequantized weights"] * dequantized)  # fmt: skip
-    assert heap_kept(shallow, replace(knobs, checkpointing=False), 512) == 0
+    assert heap_kept(shallow, replace(knobs, checkpointing=False), 512, GLIBC) == 0
     # Qwen2.5-7B's weights dequantized: only k and v (7 MiB each) stay under the mmap ceiling; q and o
     # (49 MiB) and the MLP's (259 MiB) are mapped and unmapped on their own
     qwen7b = ModelDims(3584, 28, 28, 4, 18944, 152064, checkpoint_dtype="bf16", model_type="qwen2")
-    assert heap_kept(qwen7b, knobs, 512) == int(
-        TRIMMED_NATIVE_HALF_HEAP["layer buffers"] * layer_buffers(qwen7b, knobs, 512)
+    assert heap_kept(qwen7b, knobs, 512, GLIBC) == int(
+        TRIMMED_NATIVE_HALF_HEAP["layer buffers"] * layer_buffers(qwen7b, knobs, 512, MMAP_CEILING_BYTES)
         + TRIMMED_NATIVE_HALF_HEAP["dequantized weights"] * 2 * 3584 * 512 * 4)
 
 
@@ -193,8 +201,8 @@ def test_sft_estimate_part_by_part():
     saved = 2 * tokens * (8 * 64 + 4 * 256 + 56) * 4  # two layers, float32
     assert parts["activations"] == pytest.approx(ACTIVATION_FACTOR * saved, abs=2)
     assert parts["logits (float32)"] == LOGIT_COPIES["sft"] * tokens * 1000 * 4
-    assert parts["overhead"] == RUN_OVERHEAD_BYTES["cpu"]
-    assert estimate(TOY, knobs, "sft", "cuda").parts["overhead"] == RUN_OVERHEAD_BYTES["gpu"]
+    assert parts["overhead"] == GLIBC_RUN_OVERHEAD_BYTES
+    assert estimate(TOY, knobs, "sft", "cuda").parts["overhead"] == GPU_RUN_OVERHEAD_BYTES
 
 
 def test_dpo_doubles_the_sequences_and_adds_the_reference_forward():
@@ -262,12 +270,12 @@ def test_the_cpus_heap_sits_under_either_peak_with_and_without_checkpointing():
     knobs = Knobs(batch=1, cutoff_len=2048, checkpointing=True, lean_logits=True, lean_attention=True)
     checkpointed = estimate(QWEN25_05B, knobs, "sft", "cpu")
     assert "layer backward" in checkpointed.parts  # the peak in a layer's backward, not at the logits
-    assert checkpointed.parts["heap kept (CPU)"] == heap_kept(QWEN25_05B, knobs, 2048) > 0
+    assert checkpointed.parts["heap kept (glibc)"] == heap_kept(QWEN25_05B, knobs, 2048, GLIBC) > 0
     unchecked = estimate(QWEN25_05B, replace(knobs, checkpointing=False), "sft", "cpu")
-    assert 0 < unchecked.parts["heap kept (CPU)"] < checkpointed.parts["heap kept (CPU)"]
-    assert "heap kept (CPU)" not in estimate(QWEN25_05B, knobs, "sft", "mps").parts
+    assert 0 < unchecked.parts["heap kept (glibc)"] < checkpointed.parts["heap kept (glibc)"]
+    assert "heap kept (glibc)" not in estimate(QWEN25_05B, knobs, "sft", "mps").parts
     # at 16384 positions every layer buffer is 32 MiB or more: glibc maps and unmaps each on its own
-    assert "heap kept (CPU)" not in estimate(QWEN25_05B, replace(knobs, cutoff_len=16384), "sft", "cpu").parts
+    assert "heap kept (glibc)" not in estimate(QWEN25_05B, replace(knobs, cutoff_len=16384), "sft", "cpu").parts
 
 
 def test_a_qwen_run_costs_gigabytes_not_megabytes():

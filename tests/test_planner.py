@@ -104,6 +104,15 @@ def test_plan_prints_a_verdict_and_a_choice_for_qwen15_foodpo_on_16gb_m1_pro():
     )
 
 
+def test_memory_figures_carry_only_the_allocator_terms_measured_there():
+    """glibc's heap terms on the Linux CPU alone; MPS and a macOS CPU plan with borrowed factors and say so."""
+    words = ("plan", "stage=sft", "model_preset=qwen2.5-0.5b", "--hardware")
+    linux, intel_mac, m1 = (run_mpskit(*words, name).stdout for name in ("cpu", "intel-mac", "m1-8gb"))
+    assert "heap kept (glibc)" in linux and "unmeasured on" not in linux.split("duration")[0]
+    assert "heap kept" not in intel_mac and "figures unmeasured on a CPU without glibc" in intel_mac
+    assert "heap kept" not in m1 and "figures unmeasured on MPS" in m1
+
+
 def test_plan_says_7b_on_8gb_m1_does_not_fit_and_what_would():
     result = run_mpskit("plan", "preset=sft", "model_preset=qwen2.5-7b", "--hardware", "m1-8gb")
     assert result.returncode == 3, result.stderr  # the report, and an exit code scripts can test

@@ -21,6 +21,7 @@ import torch
 
 from mpskit.engine.quantized import trim_heap
 from mpskit.engine.quantized_vocab import PackedOutput, PackedRows
+from mpskit.machine.allocator import trims_heap
 
 # One chunk's float32 logits stay under this size (about 220 positions for Qwen's vocabulary); the
 # memory model counts the same constant.
@@ -120,8 +121,8 @@ class _VocabChunkedTokenLogps(_ChunkedTokenLogps):
 
 
 def _trim_on_the_cpu(hidden: torch.Tensor) -> None:
-    """The heap's free pages back to the system where the chunks live in it (a GPU's do not)."""
-    if hidden.device.type == "cpu":
+    """The heap's free pages back to the system where the chunks live in glibc's heap (a GPU's do not)."""
+    if trims_heap(hidden.device.type):
         trim_heap()
 
 

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 import torch
 from transformers import modeling_utils
 
+from mpskit.machine.allocator import trims_heap
+
 # bitsandbytes' CPU backend offers a kernel fetched from the Hugging Face hub and warns, as it is
 # imported, when the `kernels` package is missing; mpskit fetches nothing at run time.
 HUB_KERNEL_LOGGER = "bitsandbytes.backends.cpu.ops"
@@ -55,8 +57,10 @@ def import_bitsandbytes() -> None:
 
 
 def _glibc_trim():
-    """glibc's malloc_trim, where the C library is glibc (Linux); else None (macOS's allocator hands
-    pages back on its own)."""
+    """glibc's malloc_trim where the CPU's tensors live in glibc's heap (machine/allocator.py, the switch
+    the memory plan reads too); else None (macOS's allocator hands pages back on its own)."""
+    if not trims_heap("cpu"):
+        return None
     try:
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):

@@ -19,6 +19,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from mpskit.errors import MpskitError, check_number
+from mpskit.machine.allocator import GLIBC, allocator_for, this_c_library
 from mpskit.machine.calibration import calibration_file, saved_figures
 from mpskit.presets import config_dir, load_yaml, resolve_preset_file
 
@@ -49,6 +50,7 @@ class Hardware:
     gpu_count: int = 0
     cuda_bf16: bool = False  # compute capability >= 8.0
     flash_attn: bool = False  # FlashAttention-2 (flash-attn) installed there: the planner may offer fa2
+    c_library: str | None = None  # "glibc" (Linux), or None (macOS): whose heap the CPU's tensors live in
     throughput: dict = field(default_factory=dict)  # flops_per_s, step_overhead_s, source, measured (duration.py)
     args: dict = field(default_factory=dict)
     source: str = "detected"
@@ -56,6 +58,10 @@ class Hardware:
     @property
     def device(self) -> str:
         return {"apple-silicon": "mps", "cuda": "cuda"}.get(self.kind, "cpu")
+
+    def allocator(self, device: str | None = None) -> str:
+        """The allocator of a run on `device` (its own by default) here: machine/allocator.py's name."""
+        return allocator_for(device or self.device, self.c_library)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -195,6 +201,7 @@ def _from_mapping(data: dict, name: str, source: str) -> Hardware:
     _check_facts(data, source)
     values = {k: v for k, v in data.items() if k != "description"}
     values.setdefault("name", name)
+    values.setdefault("c_library", GLIBC if data["kind"] in ("cpu", "cuda") else None)  # a named Linux machine
     hw = Hardware(source=source, **values)
     hw.torch = hw.torch or installed_version("torch")
     hw.transformers = hw.transformers or installed_version("transformers")
@@ -268,7 +275,7 @@ def detect(probe_torch: bool = False) -> Hardware:
 
     ram_gb = round(psutil.virtual_memory().total / 1024**3, 1)
     system, machine = platform.system(), platform.machine()
-    data: dict = {"ram_gb": ram_gb}
+    data: dict = {"ram_gb": ram_gb, "c_library": this_c_library()}
     if system == "Darwin":
         data["macos"] = platform.mac_ver()[0]
         chip = _sysctl("machdep.cpu.brand_string") or machine

@@ -76,7 +76,7 @@ def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> 
     if "cutoff_len" in result.free:
         for cutoff in (128, 64):
             knobs = replace(smallest.knobs, cutoff_len=min(cutoff, smallest.knobs.cutoff_len))
-            if data_estimate(dims, knobs, stage, device, lengths).training <= limit:
+            if data_estimate(dims, knobs, stage, device, lengths, result.allocator).training <= limit:
                 words = as_words(knobs, 0, tuple(key for key in ADVICE_KEYS if key != "gradient_accumulation_steps"))
                 notes.append(f"min_cutoff_len={knobs.cutoff_len} {words} ({_cut_words(lengths, knobs.cutoff_len)})")
                 break

@@ -4,9 +4,11 @@ The estimate is a breakdown in bytes of what one optimizer step holds at its pea
 LoRA weights with their gradients and AdamW states, the activations autograd saves per decoder
 layer, the float32 logits and log-softmax over the vocabulary (large for Qwen's 151,936 tokens), the
 reference forward of DPO/fooDPO, and a fixed overhead. It counts what a decoder layer of the model
-types in LEAN_MODEL_TYPES saves for backward in transformers 5 with peft LoRA. Each fitted constant says
-beside it which bench fitted it (bench/memory_accuracy.py, bench/real.py, bench/qlora.py, ...), on which
-device, and with what error.
+types in LEAN_MODEL_TYPES saves for backward in transformers 5 with peft LoRA: the same on any device.
+
+What an allocator adds to those bytes (factors, the heap glibc keeps, a fixed cost) is its profile's,
+in allocators.py: this module never asks which device or allocator it plans for, except where a
+kernel differs (SDPA's math path on MPS, lean attention's block size).
 
 `training` is the memory the run adds on top of an imported framework; `framework` is that import
 footprint (torch, transformers, LLaMA-Factory), which counts against RAM but not against a GPU.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
+from mpskit.plan.allocators import Allocation, Allocator, usual_allocator
 from mpskit.settings.knobs import Knobs
 from mpskit.stages import stage_of
 
@@ -24,19 +27,6 @@ GB = 1024**3
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 CHECKPOINT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # config.json's names
 
-# Calibrated on bench/memory_accuracy.py's 51 cases (CPU, float32, glibc malloc), minimising the
-# median plus the maximum relative error. Saved activations cost 1.51x their tensor bytes (many
-# MB-sized tensors held at once: allocator rounding and fragmentation, small tensors the count leaves
-# out); weights and the other per-parameter parts 1.11x; plus a fixed cost per run beyond the
-# tensors (tokenizer, dataset, trainer). The vocabulary-sized buffers came out at 1.02x, i.e. exact.
-# The fixed cost was 0.06 GB while the CPU's measure counted the shared-library pages a run faults in
-# (run/monitor.py); without them the CPU's was refitted on the quick cases and the out-of-memory rung's
-# tiny run (minimising the maximum error, the rung measured on a quiet and a busy machine): 0.031 GB.
-# A GPU's measure (its allocator's counters) did not change, and the quick cases on an H100 fit the
-# old figure (with 0.031 GB there the small ones read 12-17% over the estimate).
-ACTIVATION_FACTOR = 1.51
-WEIGHT_FACTOR = 1.11
-RUN_OVERHEAD_BYTES = {"cpu": int(0.031 * GB), "gpu": int(0.06 * GB)}
 # RSS of a process that has imported torch, transformers, peft, trl and LLaMA-Factory (0.89 GB in
 # every bench case, Linux, torch 2.14); it counts against RAM, not against a GPU.
 FRAMEWORK_BYTES = int(0.9 * GB)
@@ -63,49 +53,6 @@ LORA_INPUT_COPIES = 6
 # attention the float32 heads x s x s gradients of the probabilities and of the scores.
 MLP_GRADIENT_COPIES = 2
 ATTENTION_GRADIENT_COPIES = 2
-# Calibrated, the CPU only (glibc malloc): with checkpointing, the first backward's recomputed layers
-# leave their freed buffers in the heap layer after layer (RSS grows through that backward; later
-# steps reuse only part of it), except buffers of 32 MiB and more, which glibc maps and unmaps on
-# their own. About half of one layer's tensors below that size, times the layers, stays, under the
-# whole next step: its logits or lean chunks and its layer backward alike. Without checkpointing the
-# freed activations of one step and the forward's temporaries leave the same kind of holes, about a
-# fifth of a layer's worth per layer (glibc's counters sampled through a step: the gap between RSS
-# and the live tensors is free heap). MPS and CUDA have caching allocators of their own (not measured).
-HEAP_KEPT_FRACTION = {True: 0.52, False: 0.22}  # by gradient checkpointing
-# A quantized run on glibc trims the heap before each decoder layer (engine/quantized.py): what stays
-# is a quarter of the above with checkpointing (the recomputed layers' backward between two trims),
-# nothing more without, and the saved activations cost less above their bytes. Calibrated on
-# bench/memory_accuracy.py --quantized (its first 11 cases; 3 more held out).
-TRIMMED_HEAP_KEPT_FRACTION = {True: 0.13, False: 0.0}
-TRIMMED_ACTIVATION_FACTOR = 1.15
-# A 16-bit checkpoint trained without autocast (its own dtype: LLaMA-Factory loads every model as it is
-# stored, and a CPU or an M1/M2 plan runs no autocast) allocates otherwise: 16-bit activations beside
-# float32 LoRA inputs. Its factors, by (quantized and trimmed, gradient checkpointing), were fitted on
-# bench/real.py's cases marked `fit` (SmolLM2-135M, bf16, the CPU); the others are held out. The heap's
-# shares with checkpointing were fitted again once the lean path stopped copying the output layer to
-# float32 for DPO's mean logits and the lean chunk was counted over the scored positions (fooDPO's
-# checkpointed case, held out, then came within 2%).
-NATIVE_HALF_ACTIVATION_FACTOR = {False: 1.25, True: 1.1}  # by trimmed
-NATIVE_HALF_HEAP_KEPT_FRACTION = {True: 0.85, False: 0.0}  # by gradient checkpointing, untrimmed
-# Trimmed (a quantized base) and checkpointed, the heap keeps at the step's peak what one layer's
-# recomputed forward and backward freed since the trim before that layer, so it does not grow with the
-# layers: multiples of the layer's buffers (layer_buffers) and of its linear weights dequantized (every
-# pass dequantizes each one, in float32 here; those over the mmap ceiling go back to the system). A share
-# per layer, fitted on SmolLM2-135M (30 layers, hidden 576), planned bench/qlora.py's 268M shape computed
-# as stored (16 layers, hidden 1024, FFN 4096: weights 4.7 times as large) 15-19% under. Fitted on
-# SmolLM2's checkpointed 4-bit DPO (bench/real.py) and the 268M shape at batch 1 and 4 (cutoff 256); its
-# batch 2, bench/qlora.py --fp32's case, held out: +2.6%; a third shape held out (--shape 85m: hidden
-# 768, 12 layers, FFN 2048) +8.7% (the share: 15-17% under). Without checkpointing a trim comes between
-# every two layers' buffers, and nothing is kept.
-TRIMMED_NATIVE_HALF_HEAP = {"layer buffers": 4.0, "dequantized weights": 0.6}
-# A 16-bit checkpoint under autocast on the CPU (bf16=true over a bf16 base, unquantized) keeps its
-# weights as stored: they are the file's mapped pages and cost their bytes. Each LoRA layer saves the
-# 16-bit copy of its input, as on CUDA (LORA_INPUT_COPIES). Saved activations cost ACTIVATION_FACTOR, and
-# the heap keeps its own share of a layer's 16-bit buffers. The shares were fitted on bench/qlora.py's two
-# shapes (hidden 768 and 1024, SFT at cutoff 256): checkpointed at batch 1 and 4 (within 6%), not
-# checkpointed at batch 1 (4%). Batch 2, the bench's own, was held out: within 6% and 2%.
-AUTOCAST_HALF_HEAP_KEPT_FRACTION = {True: 0.22, False: 0.36}  # by gradient checkpointing
-MMAP_CEILING_BYTES = 32 * 1024**2
 # The lean path (lean_logits.py) holds one chunk of float32 logits (128 MiB) with its softmax and the
 # matmul's output, and per scored position two hidden-sized rows: the gathered hidden state and its
 # gradient; in the backward, the hidden gradient scattered back to every position.
@@ -143,28 +90,11 @@ LEAN_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 # The held-out pass (no gradients), per token of the eval batch: one decoder layer's forward holds its
 # input and output, q/k/v and the attention output, and the MLP's gate, up and their product.
 EVAL_LAYER_COPIES = {"hidden": 6, "ffn": 3}
-# On the CPU a 16-bit checkpoint computed as stored holds more than that count in a held-out layer's
-# forward, where its buffers live in glibc's heap (under the mmap ceiling): its LoRA layers compute in
-# float32 (peft casts each input and adds the adapter's float32 output), a quantized layer computes in
-# float32 too, and the heap keeps what they free through the pass. In multiples of the layer's buffers
-# under the ceiling (layer_buffers); fitted on bench/real.py's two cases whose held-out peak is a layer's
-# forward (prompts past cutoff_len, answers of a word or two; 16 and 4 bits came out alike), not held
-# out. Under autocast (bf16=true) no such copies are made: bench/packed_vocab.py's evaluations, whose
-# peak is a layer's forward, came out 20% under that plan and are planned at the count.
-EVAL_CPU_LAYER_HEAP = 2.6
 EVAL_LOGIT_COPIES = {"sft": 3, "dpo": 4}
 # Without gradients a chunk's float32 logits and their log-softmax are alive at once (bench/real.py: a
 # GPU's allocator counts both; on the CPU, where the lean path hands the heap back around each held-out
 # forward, engine/lean_logits.py, the pass measures the same two over its trimmed start).
 EVAL_LEAN_CHUNK_COPIES = 2
-# On the CPU a held-out pass of a 16-bit checkpoint computed as stored starts from the tensors as they
-# are (its weights are the file's mapped pages) and what the run holds beside them: the tokenizer, the
-# datasets, the trainer's objects, the 16-bit kernels' caches. Measured at the start of bench/real.py's
-# evaluations (27 on 9 cases, SmolLM2-135M in 16 and 4 bits, after the heap was handed back): RSS above
-# the live tensors 0.065-0.104 GB, median 0.081. The tiny float32 model's whole run holds half that, and
-# other runs keep the training step's figures for what stays.
-EVAL_CPU_OVERHEAD_BYTES = int(0.08 * GB)
-
 # Bytes per quantized weight, measured on bitsandbytes 0.50.2's tensors (Qwen2.5-7B's layer shapes):
 # NF4 packs two weights a byte plus a block constant per 64 weights, itself 8-bit with a float32
 # constant per 256 blocks (double quantization): 0.516. int8 keeps a float32 scale per row: 1.001.
@@ -172,17 +102,6 @@ QUANTIZED_BYTES = {4: 0.516, 8: 1.001}
 # A quantized layer's matmul dequantizes its weight to the compute dtype first, in the forward and
 # again in the backward (the gradient of its input): one such copy of the largest weight is alive.
 DEQUANTIZED_COPIES = 1
-# Loading a quantized base (engine/quantized.py reads each tensor with a file read and trims the heap
-# between tensors): the weights quantized so far, the LoRA weights, and the transients of quantizing one
-# weight, counted as float32 copies of the largest linear weight, by bits (int8 makes fewer). Calibrated
-# on the CPU to the highest of bench/memory_accuracy.py --quantized's 14 cases and bench/qlora.py's bf16
-# shards, so the others come out over (up to 10%). On CUDA bitsandbytes quantizes each weight on the GPU
-# as it arrives, and the GPU's loading peak is the memory after loading (bench/cuda_checks.sh, 14 cases
-# on an H200: equal to within 0.01 GB): no copies. Unquantized, loading holds no more than the weights a
-# training step holds.
-LOADING_COPIES = {4: 6, 8: 3}
-
-
 @dataclass(frozen=True)
 class ModelDims:
     """The shapes that decide memory. `vocab` is the embedding size, not the tokenizer's length."""
@@ -266,14 +185,9 @@ def dims_from_mapping(data: dict) -> ModelDims:
                      checkpoint_dtype=checkpoint_dtype, model_type=data.get("model_type"))  # fmt: skip
 
 
-def allocator(device: str) -> str:
-    """Whose memory the figures keyed by device describe: the CPU's heap, or a GPU's (MPS, CUDA)."""
-    return "cpu" if device == "cpu" else "gpu"
-
-
 def attention_block_bytes(device: str) -> int:
-    """The byte budget of one block of lean attention's float32 scores on this device."""
-    return LEAN_ATTENTION_BLOCK_BYTES[allocator(device)]
+    """The byte budget of one block of lean attention's float32 scores on this device (its speed)."""
+    return LEAN_ATTENTION_BLOCK_BYTES["cpu" if device == "cpu" else "gpu"]
 
 
 def lean_logits_apply(knobs: Knobs, stage: str, dims: ModelDims) -> bool:
@@ -410,8 +324,8 @@ def checkpoint_bytes(dims: ModelDims, knobs: Knobs) -> int:
     return trainable_params(dims, knobs) * (4 + optimizer_bytes_per_parameter(knobs.optim))
 
 
-def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, lean: bool = False,
-                              device: str = "cpu") -> tuple[int, int]:  # fmt: skip
+def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, allocator: Allocator,
+                              lean: bool = False) -> tuple[int, int]:  # fmt: skip
     """(16/32-bit elements, float32 elements) one decoder layer saves for backward, per token.
 
     Counted for transformers 5's Qwen2 layer with peft LoRA and frozen base weights:
@@ -422,15 +336,15 @@ def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, lean: 
     Lean attention saves q, its output, k and v unrepeated, and a float32 log-sum-exp per head.
     A 16-bit checkpoint trained without autocast adds a float32 copy of each LoRA layer's input, which
     peft casts to the adapter's float32 and lora_A keeps (LORA_INPUT_COPIES hidden-wide, one ffn-wide);
-    under autocast, where tensors cost their bytes (exact_bytes: CUDA), a 16-bit base's LoRA layers save
-    16-bit copies of their hidden-wide inputs (elsewhere the calibrated factors cover them).
+    under autocast a 16-bit base's LoRA layers save 16-bit copies of their hidden-wide inputs, counted
+    where the allocator's profile was measured so (elsewhere its borrowed factors cover them).
     """
     attention = 2 * dims.hidden + 2 * dims.kv_dim if lean else 4 * dims.hidden
     elements = 4 * dims.hidden + attention + 4 * dims.ffn + 7 * knobs.lora_rank
     fp32_elements = dims.heads if lean else 0
     if knobs.finetuning == "lora" and native_half(dims, knobs):
         fp32_elements += LORA_INPUT_COPIES * dims.hidden + dims.ffn
-    if knobs.finetuning == "lora" and autocast_lora_copies(dims, knobs, device):
+    if knobs.finetuning == "lora" and allocator.counts_autocast_lora_copies and autocast_half(dims, knobs):
         elements += LORA_INPUT_COPIES * dims.hidden
     if not fused and not lean:
         probabilities = dims.heads * knobs.cutoff_len
@@ -440,20 +354,9 @@ def layer_activation_elements(dims: ModelDims, knobs: Knobs, fused: bool, lean: 
     return elements, fp32_elements
 
 
-def trimmed(knobs: Knobs, device: str) -> bool:
-    """Whether the run trims the CPU heap between layers: a quantized base on the CPU."""
-    return knobs.quantization_bit is not None and device == "cpu"
-
-
 def native_half(dims: ModelDims, knobs: Knobs) -> bool:
     """A 16-bit checkpoint trained in its own dtype, without autocast."""
     return knobs.dtype == "fp32" and weight_width(dims, knobs) == 2
-
-
-def autocast_lora_copies(dims: ModelDims, knobs: Knobs, device: str) -> bool:
-    """Whether each LoRA layer saves a 16-bit copy of its input (see LORA_INPUT_COPIES): a 16-bit base
-    under autocast, counted where it was measured: CUDA and the CPU (AUTOCAST_HALF_HEAP_KEPT_FRACTION)."""
-    return autocast_half(dims, knobs) and device in ("cuda", "cpu")
 
 
 def autocast_half(dims: ModelDims, knobs: Knobs) -> bool:
@@ -462,65 +365,36 @@ def autocast_half(dims: ModelDims, knobs: Knobs) -> bool:
             and weight_width(dims, knobs) == DTYPE_BYTES[knobs.dtype])  # fmt: skip
 
 
-def exact_bytes(dims: ModelDims, knobs: Knobs, device: str) -> bool:
-    """Whether the run's tensors cost just their bytes: CUDA's allocator counts them exactly
-    (max_memory_allocated), and a checkpoint stored in the compute dtype makes autocast keep no cast
-    copies of its weights. The calibrated factors cover a heap's rounding and fragmentation (the CPU)
-    and autocast's copies of a float32 checkpoint's weights (CUDA, bench/cuda_checks.sh)."""
-    return device == "cuda" and weight_width(dims, knobs) == DTYPE_BYTES[knobs.dtype]
+def allocation(dims: ModelDims, knobs: Knobs) -> Allocation:
+    """What about the run decides how an allocator holds its tensors (allocators.py)."""
+    return Allocation(quantized=knobs.quantization_bit is not None, checkpointing=knobs.checkpointing,
+                      native_half=native_half(dims, knobs), autocast_half=autocast_half(dims, knobs),
+                      stored_as_computed=weight_width(dims, knobs) == DTYPE_BYTES[knobs.dtype])  # fmt: skip
 
 
-def weight_factor(dims: ModelDims, knobs: Knobs, device: str) -> float:
-    """Weights' and the other per-parameter parts' cost over their tensor bytes."""
-    return 1.0 if exact_bytes(dims, knobs, device) else WEIGHT_FACTOR
-
-
-def frozen_weight_factor(dims: ModelDims, knobs: Knobs, device: str) -> float:
-    """The frozen weights' cost over their bytes: the per-parameter factor, or 1 where they are the
-    checkpoint file's mapped pages (a 16-bit checkpoint under autocast on the CPU)."""
-    return 1.0 if device == "cpu" and autocast_half(dims, knobs) else weight_factor(dims, knobs, device)
-
-
-def activation_factor(dims: ModelDims, knobs: Knobs, device: str) -> float:
-    """Saved activations' cost over their tensor bytes (allocator rounding, tensors the count leaves out)."""
-    if exact_bytes(dims, knobs, device):
-        return 1.0
-    cut = trimmed(knobs, device)
-    if native_half(dims, knobs):
-        return NATIVE_HALF_ACTIVATION_FACTOR[cut]
-    return TRIMMED_ACTIVATION_FACTOR if cut else ACTIVATION_FACTOR
-
-
-def layer_buffers(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
-    """One decoder layer's buffers under glibc's largest mmap threshold: those the heap keeps pages of."""
+def layer_buffers(dims: ModelDims, knobs: Knobs, tokens: int, ceiling: int) -> int:
+    """One decoder layer's buffers under `ceiling` (a heap's largest mmap threshold): those a heap keeps
+    pages of."""
     width = activation_width(dims, knobs)
     buffers = [tokens * dims.hidden * width] * 8 + [tokens * dims.ffn * width] * 4
-    return sum(size for size in buffers if size < MMAP_CEILING_BYTES)
+    return sum(size for size in buffers if size < ceiling)
 
 
-def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int) -> int:
-    """What glibc keeps of the freed layer buffers of earlier steps, on the CPU (see HEAP_KEPT_FRACTION,
-    TRIMMED_HEAP_KEPT_FRACTION for a quantized run, the NATIVE_HALF figures for a 16-bit checkpoint
-    computed as stored, and AUTOCAST_HALF_HEAP_KEPT_FRACTION for one under autocast)."""
-    cut, half = trimmed(knobs, "cpu"), native_half(dims, knobs)
-    if half and cut:
-        if not knobs.checkpointing:
-            return 0
-        width = dequantized_width(knobs)
-        dequantized = sum(size * width for size in dims.linear_weight_sizes() if size * width < MMAP_CEILING_BYTES)
-        return int(TRIMMED_NATIVE_HALF_HEAP["layer buffers"] * layer_buffers(dims, knobs, tokens)
-                   + TRIMMED_NATIVE_HALF_HEAP["dequantized weights"] * dequantized)  # fmt: skip
-    if half:
-        fraction = NATIVE_HALF_HEAP_KEPT_FRACTION[knobs.checkpointing]
-    elif autocast_half(dims, knobs):
-        fraction = AUTOCAST_HALF_HEAP_KEPT_FRACTION[knobs.checkpointing]
-    else:
-        fraction = (TRIMMED_HEAP_KEPT_FRACTION if cut else HEAP_KEPT_FRACTION)[knobs.checkpointing]
-    return int(fraction * dims.layers * layer_buffers(dims, knobs, tokens))
+def heap_kept(dims: ModelDims, knobs: Knobs, tokens: int, allocator: Allocator) -> int:
+    """What the allocator's heap keeps of earlier steps' freed layer buffers (allocators.GlibcHeap); 0
+    where its profile has no heap terms."""
+    heap = allocator.heap
+    if heap is None:
+        return 0
+    width = dequantized_width(knobs)
+    dequantized = sum(size * width for size in dims.linear_weight_sizes() if size * width < heap.mmap_ceiling)
+    run = allocation(dims, knobs)
+    return heap.kept(run, allocator.trimmed(run), dims.layers, layer_buffers(dims, knobs, tokens, heap.mmap_ceiling),
+                     dequantized)  # fmt: skip
 
 
 def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "cpu", longest: int | None = None,
-             scored: int | None = None) -> Estimate:  # fmt: skip
+             scored: int | None = None, allocator: Allocator | None = None) -> Estimate:  # fmt: skip
     """What is alive at the peak of one training step, part by part, for batches of cutoff_len tokens,
     or of `longest` where the data makes no longer batch (token_lengths.py).
 
@@ -528,8 +402,10 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     backward through the log-softmax; DPO's reference forward while the policy's logits are held;
     the lean path's chunks), or in the backward of one decoder layer (recomputed activations with
     checkpointing, and the gradients of the attention probabilities with eager attention). The
-    larger one is reported; on the CPU both sit above the heap earlier steps left.
+    larger one is reported; both sit above the heap earlier steps left, where the allocator keeps one.
+    `allocator`: the profile machine/ chose (Hardware.allocator); by default the device's usual one.
     """
+    allocator = allocator or usual_allocator(device)
     if longest is not None and longest < knobs.cutoff_len:
         knobs = replace(knobs, cutoff_len=longest)
     width = activation_width(dims, knobs)
@@ -538,8 +414,9 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
     # ZeRO-2 splits gradients and optimizer states over the processes, ZeRO-3 the weights as well.
     shard_states = knobs.world_size if knobs.zero_stage >= 2 else 1
     shard_weights = knobs.world_size if knobs.zero_stage >= 3 else 1
-    per_weight = weight_factor(dims, knobs, device)
-    frozen = frozen_weight_factor(dims, knobs, device)
+    run = allocation(dims, knobs)
+    per_weight = allocator.weight_factor(run)
+    frozen = allocator.frozen_weight_factor(run)
     parts: dict[str, int] = {"weights": int(frozen * weight_bytes(dims, knobs) / shard_weights)}
 
     trainable = trainable_params(dims, knobs)
@@ -552,8 +429,8 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
 
     fused = attention_fused(knobs.attention, device)
     lean_attention = lean_attention_runs(knobs, device, dims)
-    elements, fp32_elements = layer_activation_elements(dims, knobs, fused, lean_attention, device)
-    factor = activation_factor(dims, knobs, device)
+    elements, fp32_elements = layer_activation_elements(dims, knobs, fused, allocator, lean_attention)
+    factor = allocator.activation_factor(run)
     layer_bytes = int(factor * tokens * (elements * width + fp32_elements * 4))
     if knobs.checkpointing:  # each layer keeps only its input
         parts["activations"] = int(factor * dims.layers * tokens * dims.hidden * width)
@@ -586,13 +463,13 @@ def estimate(dims: ModelDims, knobs: Knobs, stage: str = "sft", device: str = "c
         parts.update(logit_parts)
     else:
         parts["layer backward"] = workspace
-    kept = heap_kept(dims, knobs, tokens) if device == "cpu" else 0
+    kept = heap_kept(dims, knobs, tokens, allocator)
     if kept:
-        parts["heap kept (CPU)"] = kept
-    parts["overhead"] = RUN_OVERHEAD_BYTES[allocator(device)]
+        parts["heap kept (glibc)"] = kept
+    parts["overhead"] = allocator.run_overhead
     return Estimate(parts=parts, framework=FRAMEWORK_BYTES, libraries=LIBRARY_PAGES_BYTES,
-                    loading=loading_peak(dims, knobs, parts, device),
-                    eval_parts=evaluation_parts(dims, knobs, stage, device, parts, scored))  # fmt: skip
+                    loading=loading_peak(dims, knobs, parts, allocator),
+                    eval_parts=evaluation_parts(dims, knobs, stage, device, parts, scored, allocator))  # fmt: skip
 
 
 def scored_tokens(knobs: Knobs, sequences: int, scored: int | None) -> int:
@@ -624,22 +501,23 @@ def dequantized_bytes(dims: ModelDims, knobs: Knobs) -> int:
 
 
 def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, parts: dict[str, int],
-                     scored: int | None = None) -> dict[str, int]:  # fmt: skip
+                     scored: int | None = None, allocator: Allocator | None = None) -> dict[str, int]:  # fmt: skip
     """What is alive at the peak of one held-out batch (knobs.eval_batch; none: no evaluation), after
     training steps: the weights and the optimizer's states stay (gradients are freed after each step);
     nothing is saved for backward, so the peak is one decoder layer's forward (EVAL_LAYER_COPIES) or
     the logits: the lean chunks over the positions the batch scores (`scored` a sequence where the
     data's lengths are known, else every position), or whole float32 logits (SFT's loss: the logits,
     their float32 copy and log-softmax; DPO: the policy's logits, kept for its metrics, beside the
-    reference forward's three). On the CPU the heap is handed back before an evaluation
+    reference forward's three). Where the run trims a heap it is handed back before an evaluation
     (run/monitor.py) and around each of its lean forwards (engine/lean_logits.py), so the layers' freed
     buffers are not under the logits."""
     if knobs.eval_batch is None:
         return {}
+    allocator = allocator or usual_allocator(device)
     width = activation_width(dims, knobs)
     sequences = sequences_per_step(stage, knobs.eval_batch)
     tokens = sequences * knobs.cutoff_len
-    held = _held_through_evaluation(dims, knobs, device, parts)
+    held = _held_through_evaluation(dims, knobs, allocator, parts)
     layer = tokens * (EVAL_LAYER_COPIES["hidden"] * dims.hidden + EVAL_LAYER_COPIES["ffn"] * dims.ffn) * width
     scores = sequences * dims.heads * knobs.cutoff_len**2 * 4
     if lean_attention_runs(knobs, device, dims):
@@ -648,8 +526,8 @@ def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, par
         layer += 2 * scores  # the float32 scores and their softmax
     if knobs.quantization_bit:
         layer += dequantized_bytes(dims, knobs)
-    if device == "cpu" and native_half(dims, knobs):
-        layer += int(EVAL_CPU_LAYER_HEAP * layer_buffers(dims, knobs, tokens))
+    if allocator.heap and native_half(dims, knobs):
+        layer += int(allocator.heap.eval_layer_heap * layer_buffers(dims, knobs, tokens, allocator.heap.mmap_ceiling))
     if lean_logits_apply(knobs, stage, dims):
         positions = scored_tokens(knobs, sequences, scored)
         logits = lean_chunks(dims, knobs, positions, EVAL_LEAN_CHUNK_COPIES) + tokens * dims.hidden * width
@@ -659,25 +537,26 @@ def evaluation_parts(dims: ModelDims, knobs: Knobs, stage: str, device: str, par
     return {**held, **moment}
 
 
-def _held_through_evaluation(dims: ModelDims, knobs: Knobs, device: str, parts: dict[str, int]) -> dict[str, int]:
+def _held_through_evaluation(dims: ModelDims, knobs: Knobs, allocator: Allocator,
+                             parts: dict[str, int]) -> dict[str, int]:  # fmt: skip
     """What a training step leaves for the held-out pass: the weights, LoRA's and the optimizer's states
-    (gradients are freed after each step) and the run's overhead; on the CPU, for a 16-bit checkpoint
-    computed as stored (where EVAL_CPU_OVERHEAD_BYTES was measured), the tensors' own bytes and that."""
+    (gradients are freed after each step) and the run's overhead; in glibc's heap, for a 16-bit checkpoint
+    computed as stored (where its eval_overhead was measured), the tensors' own bytes and that."""
     names = ("weights", "lora weights", "optimizer (AdamW)")
-    if device != "cpu" or not native_half(dims, knobs):
+    if allocator.heap is None or not native_half(dims, knobs):
         return {**{name: parts[name] for name in names if name in parts}, "overhead": parts["overhead"]}
     trainable = trainable_params(dims, knobs)
     exact = {"weights": int(weight_bytes(dims, knobs)), "lora weights": trainable * 4,
              "optimizer (AdamW)": trainable * optimizer_bytes_per_parameter(knobs.optim)}  # fmt: skip
-    return {**{name: exact[name] for name in names if name in parts}, "overhead": EVAL_CPU_OVERHEAD_BYTES}
+    return {**{name: exact[name] for name in names if name in parts}, "overhead": allocator.heap.eval_overhead}
 
 
-def loading_peak(dims: ModelDims, knobs: Knobs, parts: dict[str, int], device: str = "cpu") -> int:
-    """The peak while a quantized base loads (LOADING_COPIES): 0 for a 16-bit one."""
+def loading_peak(dims: ModelDims, knobs: Knobs, parts: dict[str, int], allocator: Allocator) -> int:
+    """The peak while a quantized base loads (the allocator's loading_copies): 0 for a 16-bit one."""
     if knobs.quantization_bit is None:
         return 0
     largest = max(dims.hidden, dims.kv_dim) * max(dims.hidden, dims.ffn)
-    copies = 0 if device == "cuda" else LOADING_COPIES[knobs.quantization_bit]
+    copies = allocator.loading_copies[knobs.quantization_bit]
     transient = copies * largest * 4
     if knobs.quantize_embeddings:  # a table arrives in 16 bits and is packed a chunk at a time
         transient = max(transient, dims.vocab * dims.hidden * weight_width(dims, knobs) + PACKING_BYTES)

@@ -79,6 +79,9 @@ def _estimate_lines(plan: Plan, shown: Option) -> list[str]:
     where = "host RAM, outside the GPU budget" if plan.device == "cuda" else "taken out of the RAM budget already"
     lines.append(f"  {'+ framework (imports)':22} {_gb(estimate.framework)}  ({where})")
     lines.append(f"  {'+ libraries in use':22} {_gb(estimate.libraries)}  (their code the run first runs; {where})")
+    if not plan.allocator.measured:  # allocators.py: nothing was measured in this allocator
+        unmeasured = "MPS" if plan.device == "mps" else "a CPU without glibc"
+        lines.append(f"  figures unmeasured on {unmeasured}: the Linux CPU's factors, borrowed; no heap terms")
     return lines
 
 
@@ -138,7 +141,7 @@ def lean_saving(plan: Plan, option: Option, path: str) -> int | None:
     if not runs:
         return None
     plain_knobs = replace(option.knobs, **{path: False})
-    plain = data_estimate(plan.dims, plain_knobs, plan.stage, plan.device, plan.lengths)
+    plain = data_estimate(plan.dims, plain_knobs, plan.stage, plan.device, plan.lengths, plan.allocator)
     return plain.training - option.estimate.training
 
 

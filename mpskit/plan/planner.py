@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from mpskit.datasets.token_lengths import DataLengths
 from mpskit.machine.hardware import Hardware, bf16_is_fast, bf16_supported
+from mpskit.plan.allocators import PROFILES, Allocator
 from mpskit.plan.budget import SAFETY_MARGIN, Budget, budget_for
 from mpskit.plan.duration import Throughput, throughput_for, tokens_per_second
 from mpskit.plan.memory import GB, PACK_BLOCK, Estimate, ModelDims, estimate, lean_attention_runs
@@ -49,6 +50,7 @@ class Plan:
 
     stage: str
     device: str
+    allocator: Allocator  # whose memory the estimates describe (Hardware.allocator's profile)
     dims: ModelDims
     budget: Budget
     asked: Option
@@ -86,9 +88,11 @@ def scored_positions(lengths: DataLengths | None, knobs: Knobs, stage: str) -> i
     return lengths.longest_scored(knobs.cutoff_len, with_prompt=stage == "foodpo") if lengths else None
 
 
-def data_estimate(dims: ModelDims, knobs: Knobs, stage: str, device: str, lengths: DataLengths | None) -> Estimate:
+def data_estimate(dims: ModelDims, knobs: Knobs, stage: str, device: str, lengths: DataLengths | None,
+                  allocator: Allocator) -> Estimate:  # fmt: skip
     """The memory estimate at the data's own lengths (at cutoff_len where they are unknown)."""
-    return estimate(dims, knobs, stage, device, longest_batch(lengths, knobs), scored_positions(lengths, knobs, stage))
+    return estimate(dims, knobs, stage, device, longest_batch(lengths, knobs), scored_positions(lengths, knobs, stage),
+                    allocator)  # fmt: skip
 
 
 def candidates(
@@ -183,9 +187,10 @@ def plan(
     effective = effective_batch(args)
     half_is_fast = device != "mps" or bf16_is_fast(hw)
     speed = throughput_for(hw.throughput, hw.device, device)
+    allocator = PROFILES[hw.allocator(device)]
 
     def option(knobs: Knobs) -> Option:
-        return Option(knobs, data_estimate(dims, knobs, stage, device, lengths),
+        return Option(knobs, data_estimate(dims, knobs, stage, device, lengths, allocator),
                       tokens_per_second(dims, knobs, stage, device, speed, half_is_fast, lengths))  # fmt: skip
 
     asked_option = option(asked)
@@ -208,7 +213,7 @@ def plan(
               "lengths_note": lengths_note}  # fmt: skip
     if fitting:
         share_cut = lengths.share_cut(chosen.knobs.cutoff_len) if lengths else None
-        return Plan(stage, device, dims, budget, asked_option, chosen, alternatives=_alternatives(fitting),
+        return Plan(stage, device, allocator, dims, budget, asked_option, chosen, alternatives=_alternatives(fitting),
                     changes=tuple(changes(asked, chosen.knobs, effective, floor, share_cut)), **common)  # fmt: skip
     smallest = min(options, key=lambda o: o.estimate.training)
     needs, over = smallest.estimate.training / GB, (smallest.estimate.training - limit) / GB
@@ -216,7 +221,8 @@ def plan(
         f"the smallest setting needs {needs:.2f} GB, {over:.2f} GB over the budget's {limit / GB:.2f} GB that "
         f"the planner fills ({1 - SAFETY_MARGIN:.0%}: it keeps {SAFETY_MARGIN:.0%} spare for what no estimate sees)"
     )
-    return Plan(stage, device, dims, budget, asked_option, None, smallest=smallest, over_budget=over_budget, **common)
+    return Plan(stage, device, allocator, dims, budget, asked_option, None, smallest=smallest, over_budget=over_budget,
+                **common)  # fmt: skip
 
 
 def _alternatives(fitting: list[Option], count: int = 3) -> tuple[Option, ...]:

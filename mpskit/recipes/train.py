@@ -124,6 +124,7 @@ def memory_record(memory_plan: planner.Plan | None) -> Memory:
         predicted=memory_plan.chosen.estimate.as_dict(),
         dims=dataclasses.asdict(memory_plan.dims),
         knobs=dataclasses.asdict(chosen),
+        allocator=memory_plan.allocator.name,
         longest_batch=memory_plan.longest_batch(chosen),
         scored_positions=memory_plan.scored_positions(chosen),
         budget_gb=round(memory_plan.budget.training_bytes / GB, 3),

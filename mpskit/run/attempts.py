@@ -174,12 +174,13 @@ def _plan_rung(memory: Memory, rung: Knobs, stage: str, device: str) -> None:
     if not (memory.dims and memory.knobs):  # a run planned before the record kept them
         memory.predicted = {}
         return
+    from mpskit.plan.allocators import PROFILES
     from mpskit.plan.memory import ModelDims, estimate
 
     moved = {name: getattr(rung, name) for name in LADDER}
     knobs = dataclasses.replace(Knobs(**memory.knobs), **moved)
     memory.predicted = estimate(ModelDims(**memory.dims), knobs, stage, device, memory.longest_batch,
-                                memory.scored_positions).as_dict()  # fmt: skip
+                                memory.scored_positions, PROFILES.get(memory.allocator)).as_dict()  # fmt: skip
     memory.knobs = dataclasses.asdict(knobs)
 
 

@@ -32,6 +32,7 @@ import psutil
 from transformers import TrainerCallback
 
 from mpskit.engine.quantized import trim_heap
+from mpskit.machine.allocator import trims_heap
 from mpskit.rundir.record import Measured
 
 GB = 1024**3
@@ -175,7 +176,7 @@ class MemoryMonitor(TrainerCallback):
         so the evaluation's figure is what it holds itself."""
         self.update_exact_peak()
         ended = self.stretch_peak
-        if evaluation_next and self.device == "cpu":
+        if evaluation_next and trims_heap(self.device):
             trim_heap()
         if self._reset_peak:
             self._reset_peak()

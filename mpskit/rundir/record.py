@@ -71,6 +71,7 @@ class Memory:
     # what the plan was computed from, so that a rung of the out-of-memory ladder is planned the same way:
     dims: dict = field(default_factory=dict)  # memory.ModelDims
     knobs: dict = field(default_factory=dict)  # knobs.Knobs of the latest plan (a rung's, after one)
+    allocator: str = ""  # machine/allocator.py's name of the plan's profile ("": the device's usual one)
     longest_batch: int | None = None  # the longest sequence the data makes (None: cutoff_len)
     scored_positions: int | None = None  # the most positions a sequence scores (None: every position)
     budget_gb: float | None = None
