@@ -2,13 +2,16 @@
 --out, tiny-model): a write that is whole or absent, the checks of an output path before anything is
 written there and their one-line errors, one writer at a time for an output path, a new folder made by
 this process alone, renaming aside instead of deleting, and the guard against YAML that expands without
-end. No torch import.
+end, and a JSON file read once a command. No torch import.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
+import functools
+import json
 import os
 import shutil
 import stat
@@ -17,6 +20,19 @@ from pathlib import Path
 
 from mpskit import lock_files
 from mpskit.errors import MpskitError
+
+
+def read_json(path: Path) -> object:
+    """The JSON value in PATH, read once a command while the file stays as it was (its size and time):
+    a model's config.json and a dataset_info.json have several readers. Each caller gets its own copy.
+    Raises what reading and json.loads would (OSError, ValueError, RecursionError)."""
+    status = path.stat()
+    return copy.deepcopy(_parsed(str(path.resolve()), status.st_mtime_ns, status.st_size))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(path: str, mtime_ns: int, size: int) -> object:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -757,19 +757,20 @@ def test_fuzz_merge_and_resolve(user, file_layer):
 
 
 def test_disk_space_is_checked_before_training(tmp_path, monkeypatch):
+    from mpskit.plan.advice import plan_run
     from mpskit.recipes import checks
 
     run = resolve({"stage": "sft", "model_preset": "qwen2.5-0.5b", "output_dir": str(tmp_path / "run")}, hardware="cpu")
-    checks.check_disk(run)  # this disk has room for a LoRA checkpoint
+    checks.check_disk(run, plan_run(run))  # this disk has room for a LoRA checkpoint
     monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 10 * 1024**2})())
     with pytest.raises(MpskitError, match="checkpoints need about"):
-        checks.check_disk(run)
+        checks.check_disk(run, plan_run(run))
     full = resolve(
         {**run.args, "stage": "sft", "model_preset": "qwen2.5-0.5b", "finetuning_type": "full"}, hardware="cpu"
     )
     monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 3 * GB})())
     with pytest.raises(MpskitError, match="free"):  # full fine-tuning checkpoints hold the whole model
-        checks.check_disk(full)
+        checks.check_disk(full, plan_run(full))
 
 
 @pytest.mark.parametrize(

@@ -191,7 +191,8 @@ def test_a_quantized_base_computed_as_stored_keeps_one_layer_s_heap_whatever_its
 
 
 def test_sft_estimate_part_by_part():
-    knobs = Knobs(batch=2, cutoff_len=128, lora_rank=8, checkpointing=False, dtype="fp32", attention="sdpa")
+    knobs = Knobs(batch=2, cutoff_len=128, lora_rank=8, checkpointing=False, dtype="fp32", attention="sdpa",
+                  lean_logits=False)
     parts = estimate(TOY, knobs, "sft", "cpu").parts
     tokens = 2 * 128
     lora = TOY.lora_params(8)
@@ -206,7 +207,7 @@ def test_sft_estimate_part_by_part():
 
 
 def test_dpo_doubles_the_sequences_and_adds_the_reference_forward():
-    knobs = Knobs(batch=2, cutoff_len=128, checkpointing=False)
+    knobs = Knobs(batch=2, cutoff_len=128, checkpointing=False, lean_logits=False)
     sft = estimate(QWEN25_05B, knobs, "sft", "cpu").parts
     dpo = estimate(QWEN25_05B, knobs, "dpo", "cpu").parts
     assert dpo["activations"] == pytest.approx(2 * sft["activations"], rel=1e-6)
@@ -224,8 +225,9 @@ def test_checkpointing_keeps_only_layer_inputs():
 
 
 def test_half_precision_halves_weights_and_activations():
-    fp32 = estimate(QWEN25_05B, Knobs(batch=1, cutoff_len=256, checkpointing=False, dtype="fp32"), "sft", "mps")
-    bf16 = estimate(QWEN25_05B, Knobs(batch=1, cutoff_len=256, checkpointing=False, dtype="bf16"), "sft", "mps")
+    whole = Knobs(batch=1, cutoff_len=256, checkpointing=False, lean_logits=False)
+    fp32 = estimate(QWEN25_05B, replace(whole, dtype="fp32"), "sft", "mps")
+    bf16 = estimate(QWEN25_05B, replace(whole, dtype="bf16"), "sft", "mps")
     assert bf16.parts["weights"] * 2 == pytest.approx(fp32.parts["weights"], abs=2)
     assert bf16.parts["logits (float32)"] == fp32.parts["logits (float32)"]  # float32 either way
     assert bf16.parts["activations"] < fp32.parts["activations"]

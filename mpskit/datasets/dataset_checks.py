@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 from mpskit.errors import MpskitError, warn
+from mpskit.files import read_json
 from mpskit.stages import stage_of
 
 NOT_A_FILE = "which is not a regular file (a FIFO, a device, a socket)"
@@ -42,7 +43,7 @@ def check_datasets(args: dict, rows: bool = True) -> None:
     if not info_file.is_file():
         raise MpskitError(f"{info_file} not found", "set dataset_dir to the folder that holds dataset_info.json")
     try:
-        info = json.loads(info_file.read_text(encoding="utf-8"))
+        info = read_json(info_file)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise MpskitError(f"{info_file} is not valid JSON", "fix the file") from err
     except RecursionError:
@@ -130,7 +131,7 @@ def _check_conversion(args: dict) -> None:
     dataset_dir = str(args.get("dataset_dir", "data"))
     stage = str(args.get("stage", "sft"))
     data_args = DataArguments(dataset_dir=dataset_dir, media_dir=str(args.get("media_dir") or dataset_dir))
-    info = json.loads((Path(dataset_dir) / "dataset_info.json").read_text(encoding="utf-8"))  # check_datasets read it
+    info = read_json(Path(dataset_dir) / "dataset_info.json")
     for attr in get_dataset_list(dataset_names(args), info):
         path = Path(dataset_dir) / attr.dataset_name
         if attr.load_from != "file" or not path.is_file() or path.suffix not in (".json", ".jsonl"):
@@ -209,7 +210,7 @@ def training_rows(args: dict) -> int | None:
     names = split_names(args.get("dataset"))
     total = 0
     try:
-        info = json.loads((dataset_dir / "dataset_info.json").read_text(encoding="utf-8"))
+        info = read_json(dataset_dir / "dataset_info.json")
         for name in names:
             path = dataset_dir / str(info[name]["file_name"])
             if path.suffix not in (".json", ".jsonl"):

@@ -21,7 +21,7 @@ from pathlib import Path
 from mpskit.datasets.data_shapes import DEFAULT_STAGE, for_stage, read_shape
 from mpskit.datasets.dataset_checks import NOT_A_FILE, read_rows, split_names
 from mpskit.errors import MpskitError
-from mpskit.files import write_atomic
+from mpskit.files import read_json, write_atomic
 from mpskit.rundir.folder import DATASET_INFO
 from mpskit.stages import stage_of
 from mpskit.temporary import private_folder
@@ -42,7 +42,7 @@ def _is_path(name: str, registered: frozenset[str] = frozenset()) -> bool:
 def _registered(user: dict) -> frozenset[str]:
     """The dataset names of the dataset_info.json that dataset_dir (LLaMA-Factory's default: data) holds."""
     try:
-        info = json.loads((Path(str(user.get("dataset_dir", "data"))).expanduser() / DATASET_INFO).read_text())
+        info = read_json(Path(str(user.get("dataset_dir", "data"))).expanduser() / DATASET_INFO)
     except (OSError, ValueError, RecursionError):  # check_datasets says what is wrong with it
         return frozenset()
     return frozenset(info) if isinstance(info, dict) else frozenset()

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from mpskit.datasets.dataset_checks import read_rows, split_names
 from mpskit.errors import MpskitError
+from mpskit.files import read_json
 from mpskit.stages import stage_of
 
 SAMPLE_ROWS = 500  # rows tokenized from a larger set, evenly spaced: their mean is within a few %
@@ -175,7 +176,7 @@ def _training_conversations(args: dict, stage: str) -> list[Conversation] | str:
     dataset_dir = Path(str(args.get("dataset_dir", "data")))
     names = split_names(args.get("dataset"))
     try:
-        info = json.loads((dataset_dir / "dataset_info.json").read_text(encoding="utf-8"))
+        info = read_json(dataset_dir / "dataset_info.json")
         conversations = []
         for name in names:
             entry = info[name]

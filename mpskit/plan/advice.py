@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mpskit.datasets.token_lengths import DataLengths, data_lengths
 from mpskit.errors import MpskitError
+from mpskit.files import read_json
 from mpskit.machine.hardware import Hardware, load_hardware, profile_names
 from mpskit.machine.hub import hub_cached_file, hub_config, looks_like_hub_id
 from mpskit.plan.budget import SAFETY_MARGIN
@@ -34,7 +35,7 @@ def model_dims(run_dims: dict, model_path: str, revision: str | None = None) -> 
     config = Path(str(model_path)).expanduser() / "config.json"
     try:
         if config.is_file():
-            data = json.loads(config.read_text(encoding="utf-8"))
+            data = read_json(config)
         elif run_dims:
             return dims_from_mapping(run_dims)
         elif looks_like_hub_id(model_path):

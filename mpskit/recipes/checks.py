@@ -16,6 +16,7 @@ from pathlib import Path
 from mpskit.datasets.dataset_checks import check_conversion, check_datasets
 from mpskit.engine import lf
 from mpskit.errors import MpskitError, warn
+from mpskit.files import read_json
 from mpskit.machine.hardware import nvidia_gpus
 from mpskit.machine.hub import hub_cache_dir, hub_offline, looks_like_hub_id
 from mpskit.machine.launch import check_rendezvous
@@ -126,7 +127,7 @@ def check_model(model: str, need_weights: bool = True) -> None:
         if not (path / "config.json").is_file():
             raise MpskitError(f"model directory {model} has no config.json", fix)
         try:
-            config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+            config = read_json(path / "config.json")
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise MpskitError(f"{path / 'config.json'} is not valid JSON", "restore the model's config.json") from err
         if not isinstance(config, dict):
@@ -158,7 +159,7 @@ def check_llama_pro(args: dict) -> None:
     config = Path(os.path.expanduser(str(args["model_name_or_path"]))) / "config.json"
     if not args.get("use_llama_pro") or not config.is_file():
         return
-    layers = json.loads(config.read_text(encoding="utf-8")).get("num_hidden_layers")
+    layers = read_json(config).get("num_hidden_layers")
     every = args.get("freeze_trainable_layers", 2)
     if isinstance(layers, int) and isinstance(every, int) and every > 0 and layers % every:
         raise MpskitError(
@@ -310,17 +311,16 @@ def _engine_packages(args: dict) -> list[tuple[str, str, str]]:
     return [(key, package, extra) for key, package, extra, used in wanted if used]
 
 
-def check_disk(run: ResolvedRun, root: str | Path = "output") -> None:
-    """The run directory can be created, and its disk holds two checkpoints and the final weights."""
+def check_disk(run: ResolvedRun, memory_plan: Plan | None, root: str | Path = "output") -> None:
+    """The run directory can be created, and its disk holds two checkpoints and the final weights (of the
+    planned setting; unknown without a plan, which `prepare` has said)."""
     target = Path(str(run.args.get("output_dir") or root)).expanduser().resolve()
     existing = next(p for p in (target, *target.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK):
         raise MpskitError(f"cannot create the run directory under {existing}", "set output_dir to a writable folder")
-    try:
-        dims = advice.model_dims(run.model_dims, str(run.args["model_name_or_path"]), run.args.get("model_revision"))
-    except MpskitError:
-        return  # unknown dims: `prepare` has said so
-    knobs = from_args(run.args)
+    if memory_plan is None:
+        return
+    dims, knobs = memory_plan.dims, memory_plan.chosen.knobs
     # two checkpoints, the final weights, logs
     need = 2 * checkpoint_bytes(dims, knobs) + trainable_params(dims, knobs) * 4 + 100 * 1024**2
     free = shutil.disk_usage(existing).free

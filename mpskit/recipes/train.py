@@ -150,7 +150,7 @@ def train(run: ResolvedRun, command: list[str] | None = None) -> Path:
     run, memory_plan = prepare(run)
     check_device(run)  # Megatron's keys off CUDA are said as such, not as unknown keys
     lf.check_keys(run.args, lf.key_names())
-    check_disk(run)
+    check_disk(run, memory_plan)
     env = export_environment(run)
     with libraries_imported():
         if run.hide_mps:

@@ -17,6 +17,23 @@ from mpskit.presets import config_dir
 
 
 @dataclass(frozen=True)
+class OwnKnobs:
+    """mpskit's own knobs, each with its one default: the record's mpskit_args keep them, never the
+    YAML (llamafactory-cli would refuse them)."""
+
+    lean_logits: bool = field(default=True, metadata={"help": (
+        "next-token log-probabilities in chunks wherever the stage and model allow; `false`: the whole logits "
+        "(a knob: kept in the run's record, never in the YAML LLaMA-Factory reads)")})  # fmt: skip
+    lean_attention: bool | None = field(default=None, metadata={"help": (
+        "the planner turns it on wherever attention would be materialised; `true` or `false` pins it (a knob, "
+        "recorded like `lean_logits`)")})  # fmt: skip
+    quantize_embeddings: bool | None = field(default=None, metadata={"help": (
+        "with `quantization_bit`, the input embeddings and the output layer in the run's bits too; the planner "
+        "turns it on only where 4 bits of the linear layers alone do not fit; `true` or `false` pins it (a knob, "
+        "recorded like `lean_logits`)")})  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Knobs:
     """The settings memory and speed depend on; the planner searches over these."""
 
@@ -31,11 +48,13 @@ class Knobs:
     optim: str = "adamw_torch"  # or an 8-bit bitsandbytes AdamW (the planner's on CUDA; not on MPS)
     zero_stage: int = 0  # DeepSpeed ZeRO: 2 shards gradients and optimizer states, 3 also weights
     world_size: int = 1  # processes sharing the run (the estimate is per process)
-    lean_logits: bool = False  # next-token log-probabilities in chunks, never the whole logits
-    # attention by blocks of queries, never the heads x s x s matrices; None (auto): on wherever
-    # attention would otherwise be materialised (memory.lean_attention_runs)
-    lean_attention: bool | None = None
-    quantize_embeddings: bool = False  # the embeddings and output layer in the quantized base's bits too
+    # mpskit's own knobs, with OwnKnobs' defaults: next-token log-probabilities in chunks, never the
+    # whole logits; attention by blocks of queries, never the heads x s x s matrices (None, auto: on
+    # wherever attention would otherwise be materialised, memory.lean_attention_runs); the embeddings
+    # and output layer in the quantized base's bits too (auto: off until the planner needs them)
+    lean_logits: bool = OwnKnobs.lean_logits
+    lean_attention: bool | None = OwnKnobs.lean_attention
+    quantize_embeddings: bool = bool(OwnKnobs.quantize_embeddings)
     eval_batch: int | None = None  # per-device held-out batch (sequences; DPO pairs); None: no evaluation
 
 
@@ -57,23 +76,6 @@ KEYS = {
     "eval_batch": ("per_device_eval_batch_size",),
 }
 PLANNER_KEYS = tuple(key for keys in KEYS.values() for key in keys)
-@dataclass(frozen=True)
-class OwnKnobs:
-    """mpskit's own knobs, each with its one default: the record's mpskit_args keep them, never the
-    YAML (llamafactory-cli would refuse them)."""
-
-    lean_logits: bool = field(default=True, metadata={"help": (
-        "next-token log-probabilities in chunks wherever the stage and model allow; `false`: the whole logits "
-        "(a knob: kept in the run's record, never in the YAML LLaMA-Factory reads)")})  # fmt: skip
-    lean_attention: bool | None = field(default=None, metadata={"help": (
-        "the planner turns it on wherever attention would be materialised; `true` or `false` pins it (a knob, "
-        "recorded like `lean_logits`)")})  # fmt: skip
-    quantize_embeddings: bool | None = field(default=None, metadata={"help": (
-        "with `quantization_bit`, the input embeddings and the output layer in the run's bits too; the planner "
-        "turns it on only where 4 bits of the linear layers alone do not fit; `true` or `false` pins it (a knob, "
-        "recorded like `lean_logits`)")})  # fmt: skip
-
-
 OWN_KEYS = {item.name: item.default for item in fields(OwnKnobs)}
 
 

@@ -10,13 +10,13 @@ AWQ or AQLM needs those CUDA kernels. No torch.
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 
 from packaging.version import Version
 
 from mpskit.errors import MpskitError
+from mpskit.files import read_json
 from mpskit.machine.hardware import Hardware, installed_version
 from mpskit.settings.knobs import own_settings, zero_stage_of
 
@@ -103,7 +103,7 @@ def pre_quantized_method(model: str) -> str | None:
     """The quant_method of a local model's config.json (a model saved already quantized), else None."""
     config = Path(model).expanduser() / "config.json"
     try:
-        quantization = json.loads(config.read_text(encoding="utf-8")).get("quantization_config")
+        quantization = read_json(config).get("quantization_config")
     except (OSError, ValueError, AttributeError):
         return None
     if not isinstance(quantization, dict):
