@@ -20,7 +20,8 @@ ENTRIES = 26
 
 def test_one_train_converts_its_settings_few_times_and_reads_each_json_once(tiny_model, tmp_path):
     words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={ROOT / 'data'}", "template=qwen",
-             "dataset=identity", "eval_dataset=identity_eval", f"output_dir={tmp_path / 'run'}", "max_steps=2"]  # fmt: skip
+             "dataset=identity", "eval_dataset=identity_eval", f"output_dir={tmp_path / 'run'}",
+             "max_steps=2"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}  # road.py, fresh or warm
     done = warm.run("road", words, tmp_path, env, TIMEOUT_S)
     assert done.returncode == 0, done.stderr
