@@ -132,6 +132,9 @@ class MemoryMonitor(TrainerCallback):
         self._eval_start: float | None = None
         self._last_exact = self._read_peak() if self._read_peak else 0
         self._started = time.perf_counter()
+        # a sample is read and counted whole on one side of a mark: one read before a mark's heap trim,
+        # counted after it, gave the evaluation that followed the training step's peak
+        self._marking = threading.RLock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, args=(interval_s,), daemon=True)
         self._thread.start()
@@ -139,7 +142,8 @@ class MemoryMonitor(TrainerCallback):
     def _sample(self, interval_s: float) -> None:
         last_kept = -1.0
         while not self._stop.wait(interval_s):
-            self._observe(self._read(), keep_after=last_kept + 0.25)
+            with self._marking:
+                self._observe(self._read(), keep_after=last_kept + 0.25)
             if self.samples:
                 last_kept = self.samples[-1][0]
 
@@ -174,13 +178,14 @@ class MemoryMonitor(TrainerCallback):
         evaluation on the CPU, glibc hands back the free pages the training steps left in the heap
         (they are the process's RSS until then, and the evaluation's peak would begin at the step's),
         so the evaluation's figure is what it holds itself."""
-        self.update_exact_peak()
-        ended = self.stretch_peak
-        if evaluation_next and trims_heap(self.device):
-            trim_heap()
-        if self._reset_peak:
-            self._reset_peak()
-        self.stretch_peak = self._read() - self.uncounted
+        with self._marking:
+            self.update_exact_peak()
+            ended = self.stretch_peak
+            if evaluation_next and trims_heap(self.device):
+                trim_heap()
+            if self._reset_peak:
+                self._reset_peak()
+            self.stretch_peak = self._read() - self.uncounted
         return ended
 
     def _now(self) -> float:
