@@ -166,8 +166,10 @@ class MemoryMonitor(TrainerCallback):
         value = self._read_peak()
         rose = value > self._last_exact
         if rose:
-            self._last_exact = value
             self.uncounted = self._read_uncounted()
+            # counting reads the page map into arrays of its own, which can raise the mark past `value`:
+            # that rise is this one's, not the next stretch's (a 4-bit run's evaluation took the step's peak)
+            self._last_exact = max(value, self._read_peak())
             self.peak = max(self.peak, value - self.uncounted)
             self._observe(value)
         if rose or self._reset_peak:
