@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mpskit.plan.measure import OFFLINE, fresh_process_env  # noqa: E402
 from mpskit.tools.tiny import build_tiny_model  # noqa: E402
+from mpskit.trials.measure import OFFLINE, fresh_process_env  # noqa: E402
 
 
 def commands(model: Path) -> dict[str, tuple[list[str], int]]:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from lean_logits import spread  # noqa: E402
 from memory_accuracy import build_models  # noqa: E402
 
-from mpskit.plan.measure import Case, measure, write_long_data  # noqa: E402
+from mpskit.trials.measure import Case, measure, write_long_data  # noqa: E402
 
 # The lean cases of bench/memory_accuracy.py with the mid-size model: checkpointing on and off.
 CASES = [

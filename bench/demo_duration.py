@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from duration import TARGET, errors, probe, spread  # noqa: E402
 
-from mpskit.plan.measure import OFFLINE, Case, case_words, fresh_process_env, train_in_fresh_process  # noqa: E402
 from mpskit.rundir.folder import RunDir  # noqa: E402
 from mpskit.tools.tiny import build_tiny_model  # noqa: E402
+from mpskit.trials.measure import OFFLINE, Case, case_words, fresh_process_env, train_in_fresh_process  # noqa: E402
 
 DEMO = ROOT / "mpskit" / "data"
 DATASETS = {"sft": "demo_sft", "dpo": "demo_pref"}

@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from memory_accuracy import MODELS  # noqa: E402
 
-from mpskit.plan.measure import OFFLINE, Case, case_words, fresh_process_env, measure, write_long_data  # noqa: E402
 from mpskit.rundir.folder import RunDir  # noqa: E402
 from mpskit.tools.tiny import build_tiny_model  # noqa: E402
+from mpskit.trials.measure import OFFLINE, Case, case_words, fresh_process_env, measure, write_long_data  # noqa: E402
 
 # (model, Case(stage, cutoff_len, batch, lora_rank, checkpointing, steps=...)); the last is the case
 SETTINGS = [

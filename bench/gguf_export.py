@@ -41,10 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mpskit.errors import MpskitError  # noqa: E402
-from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_process  # noqa: E402
 from mpskit.presets import demo_data_dir, model_folder  # noqa: E402
 from mpskit.rundir.folder import RunDir  # noqa: E402
 from mpskit.tools.demo import MODEL_PRESET, stage_words  # noqa: E402
+from mpskit.trials.measure import OFFLINE, fresh_process_env, train_in_fresh_process  # noqa: E402
 
 GB = 1e9
 TARGET = 0.6

@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from lean_logits import HARDWARE, loss_diff, one_run, spread, write_measured, write_yaml  # noqa: E402
 from memory_accuracy import MODELS  # noqa: E402
 
-from mpskit.plan.measure import write_long_data  # noqa: E402
 from mpskit.plan.memory import FRAMEWORK_BYTES, GB, Knobs, dims_from_mapping, estimate  # noqa: E402
 from mpskit.settings.run_spec import RunSpec  # noqa: E402
+from mpskit.trials.measure import write_long_data  # noqa: E402
 
 # (model, stage, cutoff_len), batch 1, each with checkpointing on and off
 CASES = [("mid", "sft", 4096), ("mid", "dpo", 2048), ("mid", "dpo", 4096), ("qwen2.5-0.5b", "dpo", 2048)]

@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mpskit.plan.duration import steady_step_s  # noqa: E402
-from mpskit.plan.measure import OFFLINE, fresh_process_env, write_long_data  # noqa: E402
 from mpskit.settings.run_spec import RunSpec  # noqa: E402
+from mpskit.trials.measure import OFFLINE, fresh_process_env, write_long_data  # noqa: E402
 
 QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                   intermediate_size=4864, vocab_size=151936)  # fmt: skip

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mpskit.plan.measure import Case, measure, write_long_data  # noqa: E402
+from mpskit.trials.measure import Case, measure, write_long_data  # noqa: E402
 
 QWEN_VOCAB = 151936
 MODELS = {

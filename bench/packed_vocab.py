@@ -31,9 +31,9 @@ from qlora import bf16_shards, spread  # noqa: E402  (bench/, the script's own f
 
 from mpskit.errors import MpskitError  # noqa: E402
 from mpskit.plan.duration import steady_step_s  # noqa: E402
-from mpskit.plan.measure import OFFLINE, train_in_fresh_process, write_long_data  # noqa: E402
 from mpskit.plan.memory import PACK_BLOCK  # noqa: E402
 from mpskit.rundir.folder import RunDir  # noqa: E402
+from mpskit.trials.measure import OFFLINE, train_in_fresh_process, write_long_data  # noqa: E402
 
 DIMS = dict(hidden_size=896, num_hidden_layers=4, num_attention_heads=14, num_key_value_heads=2,
             intermediate_size=4864, vocab_size=151936, tie_word_embeddings=False)  # fmt: skip

@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 from memory_accuracy import MODELS  # noqa: E402
 
 from mpskit.machine.hardware import load_hardware  # noqa: E402
-from mpskit.plan.measure import Case, measure, write_long_data  # noqa: E402
 from mpskit.plan.memory import dims_from_mapping  # noqa: E402
 from mpskit.plan.planner import plan  # noqa: E402
 from mpskit.tools.tiny import build_tiny_model  # noqa: E402
+from mpskit.trials.measure import Case, measure, write_long_data  # noqa: E402
 
 EFFECTIVE_BATCH, CUTOFF, RANK = 8, 256, 4
 

@@ -50,10 +50,10 @@ from gguf_export import peak_of  # noqa: E402
 
 from mpskit.errors import MpskitError  # noqa: E402
 from mpskit.plan.duration import steady_step_s  # noqa: E402
-from mpskit.plan.measure import OFFLINE, fresh_process_env, write_long_data  # noqa: E402
 from mpskit.plan.memory import QUANTIZED_BYTES  # noqa: E402
 from mpskit.rundir.folder import RunDir  # noqa: E402
 from mpskit.self_command import mpskit_command  # noqa: E402
+from mpskit.trials.measure import OFFLINE, fresh_process_env, write_long_data  # noqa: E402
 
 SHAPES = {
     "268m": dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,

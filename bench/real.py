@@ -39,10 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 from mpskit.plan.advice import plan_duration, plan_run  # noqa: E402
 from mpskit.plan.duration import Throughput, steady_step_s  # noqa: E402
-from mpskit.plan.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
+from mpskit.trials.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
 from mpskit.plan.memory import GB  # noqa: E402
 from mpskit.plan.planner import Plan  # noqa: E402
-from mpskit.plan.time_fit import FITTED, TimedStep, fit_figures  # noqa: E402
+from mpskit.trials.time_fit import FITTED, TimedStep, fit_figures  # noqa: E402
 from mpskit.presets import model_folder  # noqa: E402
 from mpskit.rundir.folder import RunDir  # noqa: E402
 from mpskit.settings.resolve import ResolvedRun, resolve  # noqa: E402

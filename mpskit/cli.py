@@ -200,7 +200,7 @@ def cmd_get_model(ns: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(ns: argparse.Namespace) -> int:
-    from mpskit.plan.calibrate import calibrate, report
+    from mpskit.trials.calibrate import calibrate, report
 
     print("\n".join(report(*calibrate())))
     return 0

@@ -21,6 +21,7 @@ FLOORS = [
     {"mpskit.plan"},
     {"mpskit.engine"},
     {"mpskit.run"},
+    {"mpskit.trials"},
     {"mpskit.recipes"},
     {"mpskit.tools"},
     {"mpskit.cli"},

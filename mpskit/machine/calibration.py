@@ -1,4 +1,4 @@
-"""This machine's own step-time figures, fitted by `mpskit calibrate` (plan/calibrate.py) and kept in
+"""This machine's own step-time figures, fitted by `mpskit calibrate` (trials/calibrate.py) and kept in
 the user's cache, so that a detected machine plans its durations with figures measured on it.
 
 The figures are kept with the machine they were measured on (its processor and core count): a cache

@@ -1,6 +1,6 @@
-"""What a run needs and how long it takes: the memory model, the budget, the planner, the duration,
-what `mpskit plan` prints, and the measured steps behind them (probe, measure; each trains in a
-process of its own).
+"""What a run needs and how long it takes: the memory model and its allocator profiles, the budget,
+the planner, the duration, and what `mpskit plan` prints. The trial runs that measure steps live in
+mpskit.trials.
 
 Torch: none at module level.
 

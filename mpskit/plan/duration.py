@@ -254,3 +254,22 @@ def format_seconds(seconds: float) -> str:
         return f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min" if hours < 48 else f"{seconds / 86400:.1f} days"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What `mpskit plan --probe` measured (trials/probe.py): real steps of the planned setting here."""
+
+    step_seconds: list[float]  # every optimizer step, the warm-up step first
+    startup_s: float  # process start to first step, and the end of the run
+
+    @property
+    def step_s(self) -> float:
+        return steady_step_s(self.step_seconds)
+
+    def as_dict(self) -> dict:
+        return {
+            "step_seconds": self.step_seconds,
+            "step_s": round(self.step_s, 4),
+            "startup_s": round(self.startup_s, 1),
+        }

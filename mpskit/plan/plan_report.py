@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mpskit.plan.duration import RunDuration, extrapolate, format_seconds
+from mpskit.plan.duration import Probe, RunDuration, extrapolate, format_seconds
 from mpskit.plan.memory import (
     GB,
     attention_fused,
@@ -13,7 +13,6 @@ from mpskit.plan.memory import (
     parameters_text,
 )
 from mpskit.plan.planner import Option, Plan, data_estimate
-from mpskit.plan.probe import Probe
 from mpskit.settings.knobs import describe
 from mpskit.settings.resolve import ResolvedRun
 

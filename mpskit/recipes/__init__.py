@@ -5,5 +5,5 @@ before a run folder exists (which `config` shares), then the run folder written 
 Torch: none at module level.
 
 May import: every package below it (the shared modules at the bottom, mpskit.machine, mpskit.datasets,
-mpskit.settings, mpskit.plan, mpskit.engine, mpskit.run), and this package.
+mpskit.settings, mpskit.plan, mpskit.engine, mpskit.run, mpskit.trials), and this package.
 """

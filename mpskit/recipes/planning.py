@@ -19,7 +19,7 @@ def show_plan(words: list[str]) -> int:
     from mpskit.engine import lf
     from mpskit.plan.advice import plan_duration, plan_run
     from mpskit.plan.plan_report import plan_as_dict, plan_lines
-    from mpskit.plan.probe import check_probe_machine, probe
+    from mpskit.trials.probe import check_probe_machine, probe
 
     as_json, probing = "--json" in words, "--probe" in words
     words = [w for w in words if w not in ("--json", "--probe")]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from mpskit.machine.hardware import describe, installed_version, select_hardware
 from mpskit.machine.mps_env import env_values, watermark_problems
-from mpskit.plan.measure import Case, measure, write_long_data
 from mpskit.settings.quantization import device_problems
+from mpskit.trials.measure import Case, measure, write_long_data
 
 MPS_VARIABLES = ("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "PYTORCH_MPS_LOW_WATERMARK_RATIO", "PYTORCH_ENABLE_MPS_FALLBACK")
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "llamafactory", "bitsandbytes")

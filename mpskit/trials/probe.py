@@ -11,35 +11,17 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 
 from mpskit.errors import MpskitError
 from mpskit.machine.hardware import Hardware, detect
-from mpskit.plan.duration import steady_step_s
-from mpskit.plan.measure import TIMED_ONLY, train_in_fresh_process
+from mpskit.plan.duration import Probe
 from mpskit.plan.planner import Plan
 from mpskit.rundir.folder import RunDir
 from mpskit.settings.knobs import to_args
 from mpskit.temporary import private_folder
+from mpskit.trials.measure import TIMED_ONLY, train_in_fresh_process
 
 PROBE_STEPS = 3
-
-
-@dataclass(frozen=True)
-class Probe:
-    step_seconds: list[float]  # every optimizer step, the warm-up step first
-    startup_s: float  # process start to first step, and the end of the run
-
-    @property
-    def step_s(self) -> float:
-        return steady_step_s(self.step_seconds)
-
-    def as_dict(self) -> dict:
-        return {
-            "step_seconds": self.step_seconds,
-            "step_s": round(self.step_s, 4),
-            "startup_s": round(self.startup_s, 1),
-        }
 
 
 def check_probe_machine(hw: Hardware) -> None:

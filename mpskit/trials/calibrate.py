@@ -21,15 +21,15 @@ from mpskit.machine.calibration import save_figures
 from mpskit.machine.hardware import detect
 from mpskit.plan.advice import plan_run
 from mpskit.plan.duration import steady_step_s, throughput_for
-from mpskit.plan.measure import OFFLINE, TIMED_ONLY, train_in_fresh_process, write_long_data
-from mpskit.plan.probe import PROBE_STEPS
-from mpskit.plan.time_fit import FITTED, TimedStep, fit_figures, predicted_step_s
 from mpskit.presets import demo_data_dir, fetched_model
 from mpskit.rundir.folder import RunDir
 from mpskit.settings.knobs import Knobs
 from mpskit.settings.resolve import resolve
 from mpskit.settings.run_words import read_run_words
 from mpskit.temporary import private_folder
+from mpskit.trials.measure import OFFLINE, TIMED_ONLY, train_in_fresh_process, write_long_data
+from mpskit.trials.probe import PROBE_STEPS
+from mpskit.trials.time_fit import FITTED, TimedStep, fit_figures, predicted_step_s
 
 PRESET = "smollm2-135m"
 
