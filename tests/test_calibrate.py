@@ -11,12 +11,12 @@ from conftest import run_mpskit
 from mpskit.errors import MpskitError
 from mpskit.machine import calibration
 from mpskit.machine.hardware import detect, load_hardware
-from mpskit.plan.calibrate import CASES, PRESET
 from mpskit.plan.duration import throughput_for
 from mpskit.plan.memory import ModelDims
-from mpskit.plan.time_fit import FITTED, TimedStep, fit_figures, predicted_step_s
 from mpskit.presets import model_folder
 from mpskit.settings.knobs import Knobs
+from mpskit.trials.calibrate import CASES, PRESET
+from mpskit.trials.time_fit import FITTED, TimedStep, fit_figures, predicted_step_s
 
 # The real model's shapes (configs/models/smollm2-135m.yaml), its bf16 checkpoint computed as stored.
 SMOLLM2 = ModelDims(576, 30, 9, 3, 1536, 49152, checkpoint_dtype="bf16", model_type="llama")

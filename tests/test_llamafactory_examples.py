@@ -53,7 +53,7 @@ def swapped(name: str, model: Path, tmp_path: Path) -> list[str]:
     if stage not in DATASET:
         return words
     if stage == "pt":  # pt packs texts into cutoff_len blocks: the demo texts are too short for 2048
-        from mpskit.plan.measure import write_long_data
+        from mpskit.trials.measure import write_long_data
 
         return [*words, f"dataset_dir={write_long_data(tmp_path / 'long')}", "dataset=long_sft"]
     words += [f"dataset={DATASET[stage]}", f"dataset_dir={ROOT / 'data'}"]
