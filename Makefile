@@ -34,9 +34,10 @@ test-real: $(STAMP)
 test-cuda: $(STAMP)
 	$(PYTEST) -m cuda --durations=10
 
-# The unit layer, without the real training runs (marked e2e): for the edit-test loop.
+# The unit layer, without the real training runs (marked e2e) and without torch (modules that import it
+# as they load run in make test): for the edit-test loop.
 test-fast: $(STAMP)
-	$(PYTEST) -m "not e2e"
+	$(PYTEST) -m "not e2e" --no-torch
 
 # A plain `pip install .` into a new venv that borrows .venv's dependencies, used from outside the
 # repository (CI runs it after make test).

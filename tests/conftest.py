@@ -2,7 +2,9 @@
 session, and the patterns of mpskit's screen lines. Under pytest-xdist (`make test`), modules whose
 tests share a module-scoped run carry `xdist_group(__name__)`, so one worker runs them all."""
 
+import ast
 import contextlib
+import functools
 import os
 import re
 import subprocess
@@ -35,6 +37,50 @@ if WORKERS > 1:
 TIMEOUT_S = 600
 # How a run's summary gives its duration: "12.3 s", or "1 min 13 s" past a minute.
 DURATION = r"(?:\d+ min \d+ s|\d+(?:\.\d+)? s)"
+
+
+# What `make test-fast` (--no-torch) leaves out: test modules that import these as they load, themselves
+# or through mpskit's modules or another test module. The unit tests of mpskit's torch code run in `make test`.
+TORCH_PACKAGES = ("torch", "transformers", "peft", "trl", "safetensors.torch", "llamafactory", "bitsandbytes")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--no-torch", action="store_true",
+                     help="collect no test module that imports torch as it loads (make test-fast)")  # fmt: skip
+
+
+def _source_of(name: str) -> Path | None:
+    """The file of an mpskit module or of a test module, where NAME is one."""
+    base = ROOT / Path(*name.split(".")) if name.split(".")[0] == "mpskit" else ROOT / "tests" / name
+    return next((path for path in (base.with_suffix(".py"), base / "__init__.py") if path.is_file()), None)
+
+
+@functools.cache
+def _imports_torch(module: Path) -> bool:
+    """Whether the module imports a TORCH_PACKAGES package at its top level, itself or through mpskit's
+    modules or a test module (the package has no circle of imports: test_layout)."""
+    for node in ast.parse(module.read_text(encoding="utf-8")).body:
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        for name in names:
+            if any(name == package or name.startswith(f"{package}.") for package in TORCH_PACKAGES):
+                return True
+            source = _source_of(name) if name.split(".")[0] == "mpskit" or name.startswith("test_") else None
+            if source is not None and source != module and _imports_torch(source):
+                return True
+    return False
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if config.getoption("no_torch") and collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        return _imports_torch(collection_path) or None
+    return None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.getoption("no_torch") and "torch" in sys.modules:
+        raise pytest.UsageError("--no-torch collected a module that imports torch: add its package to TORCH_PACKAGES")
 
 
 def progress_line(steps: int) -> re.Pattern:

@@ -14,12 +14,13 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT
-from transformers import TrainerControl
 
 from mpskit.run import monitor
 
 
 def test_the_heap_is_handed_back_before_every_evaluation_and_only_then(monkeypatch):
+    from transformers import TrainerControl
+
     trims = []
     monkeypatch.setattr(monitor, "trim_heap", lambda: trims.append(1))
     watch = monitor.MemoryMonitor("cpu")
@@ -113,6 +114,8 @@ def test_the_monitor_leaves_the_kernels_high_water_mark_alone():
     """A peak that came and went before the marks (a model loading, say) stays in VmHWM through every
     mark the monitor makes: it used to reset it (clear_refs), and outside tools then read only the
     last stretch."""
+    from transformers import TrainerControl
+
     ballast = bytearray(512 * 1024**2)
     ballast[:: 4096] = b"x" * len(ballast[:: 4096])  # every page touched: resident
     with_ballast = monitor._max_rss_bytes()

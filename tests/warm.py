@@ -30,14 +30,14 @@ import threading
 import traceback
 from pathlib import Path
 
-import torch
+from mpskit.machine.hardware import nvidia_gpus
 
 # LLaMA-Factory's training entry imports torch, transformers, peft, trl, datasets and accelerate in its
 # own order (trl imported before it cannot import its DPOTrainer any more).
 PRELOAD = ["llamafactory.train.tuner", "faults"]  # then the tests' faults (plugins/faults.py), into mpskit's lf.run
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
-FRESH_INTERPRETERS = torch.cuda.is_available()
+FRESH_INTERPRETERS = bool(nvidia_gpus())  # asked of nvidia-smi: the test process imports no torch to collect
 
 
 def _exit_code(stop: SystemExit) -> int:

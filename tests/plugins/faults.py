@@ -26,13 +26,12 @@ it in its server), and so does the test process itself (conftest.py).
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-
-from transformers import TrainerCallback
 
 OOM_VARIABLE = "MPSKIT_FAKE_OOM_AT_STEP"
 FULL_DISK_VARIABLE = "MPSKIT_FAKE_FULL_DISK_AT_STEP"
@@ -53,54 +52,59 @@ def synthetic_error(step: int) -> RuntimeError:
     )
 
 
-class FakeOutOfMemory(TrainerCallback):
-    def __init__(self, step: int) -> None:
-        self.step = step
+@functools.cache
+def fault_callbacks() -> dict[str, type]:
+    """The faults as transformers' callbacks, defined on first use: the test process imports this module
+    as it starts (`make test-fast` collects without importing torch or transformers)."""
+    from transformers import TrainerCallback
 
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step + 1 == self.step:
-            raise synthetic_error(self.step)
-        return control
+    class FakeOutOfMemory(TrainerCallback):
+        def __init__(self, step: int) -> None:
+            self.step = step
 
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step + 1 == self.step:
+                raise synthetic_error(self.step)
+            return control
 
-class FakeFullDisk(TrainerCallback):
-    def __init__(self, step: int) -> None:
-        self.step = step
+    class FakeFullDisk(TrainerCallback):
+        def __init__(self, step: int) -> None:
+            self.step = step
 
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            partial = os.path.join(args.output_dir, ".saving", f"checkpoint-{self.step}")
-            os.makedirs(partial, exist_ok=True)
-            with open(os.path.join(partial, "adapter_model.safetensors"), "wb") as file:
-                file.write(b"\0" * 64)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), partial)
-        return control
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == self.step:
+                partial = os.path.join(args.output_dir, ".saving", f"checkpoint-{self.step}")
+                os.makedirs(partial, exist_ok=True)
+                with open(os.path.join(partial, "adapter_model.safetensors"), "wb") as file:
+                    file.write(b"\0" * 64)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), partial)
+            return control
 
+    class FakeKill(TrainerCallback):
+        """At the last step: the moment between the last checkpoint and the record of the end."""
 
-class FakeKill(TrainerCallback):
-    """At the last step: the moment between the last checkpoint and the record of the end."""
+        def __init__(self, step: int) -> None:
+            self.step = step
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == self.step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return control
 
-    def on_save(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return control
+    return {OOM_VARIABLE: FakeOutOfMemory, FULL_DISK_VARIABLE: FakeFullDisk, KILL_VARIABLE: FakeKill}
 
 
 _attempts_here = 0  # training attempts this process has started
 
 
-def faults_for(args: Mapping) -> list[TrainerCallback]:
+def faults_for(args: Mapping) -> list:
     """The faults the environment asks for, for the attempt about to train with ARGS."""
     global _attempts_here
     _attempts_here += 1
     record = Path(args["output_dir"]) / "mpskit.json"
     first = _attempts_here == 1 and not (record.is_file() and json.loads(record.read_text())["attempts"])
-    kinds = ((OOM_VARIABLE, FakeOutOfMemory), (FULL_DISK_VARIABLE, FakeFullDisk)) if first else ()
-    kinds += ((KILL_VARIABLE, FakeKill),)
-    return [fault(int(os.environ[name])) for name, fault in kinds if os.environ.get(name)]
+    names = (OOM_VARIABLE, FULL_DISK_VARIABLE, KILL_VARIABLE) if first else (KILL_VARIABLE,)
+    return [fault_callbacks()[name](int(os.environ[name])) for name in names if os.environ.get(name)]
 
 
 def install() -> None:
