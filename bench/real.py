@@ -17,6 +17,7 @@ spell of the machine lands on every case, medians and spread over the rounds:
            process's peak RSS (whole process, imports included, for both).
 
     python bench/real.py [--only memory|quality|foodpo|engine] [--repeats 3] [--hardware cpu|detect] [--out FILE.json]
+    (the docs' tables render bench/results/real-memory-cpu.json and real-memory-h200.json: --only memory --out)
     python bench/real.py --replan FILE.json      (the memory table of saved runs against the current plans)
 
 Targets: memory median |error| <= 5%, maximum <= 12% (steps and evaluations apart); step time within 25%.
@@ -39,15 +40,15 @@ sys.path.insert(0, str(ROOT))
 
 from mpskit.plan.advice import plan_duration, plan_run  # noqa: E402
 from mpskit.plan.duration import Throughput, steady_step_s  # noqa: E402
-from mpskit.trials.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
 from mpskit.plan.memory import GB  # noqa: E402
 from mpskit.plan.planner import Plan  # noqa: E402
-from mpskit.trials.time_fit import FITTED, TimedStep, fit_figures  # noqa: E402
 from mpskit.presets import model_folder  # noqa: E402
 from mpskit.rundir.folder import RunDir  # noqa: E402
 from mpskit.settings.resolve import ResolvedRun, resolve  # noqa: E402
 from mpskit.settings.run_words import read_run_words  # noqa: E402
 from mpskit.tools.demo import STAGE_WORDS  # noqa: E402
+from mpskit.trials.measure import OFFLINE, fresh_process_env, train_in_fresh_process, write_long_data  # noqa: E402
+from mpskit.trials.time_fit import FITTED, TimedStep, fit_figures  # noqa: E402
 
 DATA = ROOT / "data"
 PRESET = "smollm2-135m"
@@ -300,6 +301,91 @@ def run_engine(repeats: int, work: Path) -> dict:
 
 SECTIONS = {"memory": run_memory, "quality": run_quality, "foodpo": run_foodpo, "engine": run_engine}
 
+# The memory section's results the docs render (scripts/docs_tables.py): this CPU's, and one H200's.
+CPU_RESULTS = ROOT / "bench" / "results" / "real-memory-cpu.json"
+H200_RESULTS = ROOT / "bench" / "results" / "real-memory-h200.json"
+README_CASES = 4  # the demo's data: SFT and DPO in 16 and 4 bits
+
+
+def provenance(argv: list[str]) -> dict:
+    """Which command measured the results, on which machine."""
+    import platform
+
+    chip = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else ""
+    return {"command": " ".join(["python", "bench/real.py", *argv]),
+            "machine": f"{chip or platform.machine()}, {os.cpu_count()} cores, {platform.system()}"}  # fmt: skip
+
+
+def _results(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["memory"]["cases"]
+
+
+def _figure(row: dict, key: str, digits: int = 3, ranged: bool = True) -> str:
+    """plan / measured (the runs' range)."""
+    figure, runs = row[key], [run[key] for run in row["runs"]]
+    plan = "unknown" if figure["plan"] is None else f"{figure['plan']:.{digits}f}"
+    spread_ = f" ({min(runs):.{digits}f}-{max(runs):.{digits}f})" if ranged and len(runs) > 1 else ""
+    return f"{plan} / {figure['measured']:.{digits}f}{spread_}"
+
+
+def _error(row: dict, key: str) -> str:
+    return "-" if row[key]["error"] is None else f"{row[key]['error']:+.1%}"
+
+
+def _memory_errors(rows: list[dict]) -> list[float]:
+    return [abs(row[key]["error"]) for row in rows for key in ("step", "eval")]
+
+
+def memory_summary(rows: list[dict], times: bool = True) -> str:
+    """The median and largest errors, fitted and held-out cases apart."""
+    said = []
+    for group, selected in (("fitted", [r for r in rows if r["fit"]]), ("held out", [r for r in rows if not r["fit"]])):
+        if not selected:
+            continue
+        memory = _memory_errors(selected)
+        line = f"{group}: memory median |error| {statistics.median(memory):.1%}, max {max(memory):.1%}"
+        step_errors = [abs(r["time"]["error"]) for r in selected if r["time"]["error"] is not None]
+        said.append(line + (f"; step time max |error| {max(step_errors):.1%}" if times and step_errors else ""))
+    return "; ".join(said) + "."
+
+
+def cpu_table(path: Path = CPU_RESULTS) -> str:
+    """docs/real-model.md's table: every case of this CPU's results, with the runs' ranges."""
+    rows = _results(path)
+    lines = ["| case (SmolLM2-135M, CPU) | fitted on | training step GB: plan / measured (range) | error | "
+             "evaluation GB: plan / measured (range) | error | step s: plan / measured (range) | error |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['case']} | {'yes' if r['fit'] else 'no'} | {_figure(r, 'step')} | {_error(r, 'step')} | "
+              f"{_figure(r, 'eval')} | {_error(r, 'eval')} | {_figure(r, 'time', 2)} | {_error(r, 'time')} |"
+              for r in rows]  # fmt: skip
+    return "\n".join([*lines, "", f"Medians of the rounds; {memory_summary(rows)}"])
+
+
+def readme_table(path: Path = CPU_RESULTS) -> str:
+    """README's short table: the demo's data, SFT and DPO in 16 and 4 bits, and the errors of every case."""
+    rows = _results(path)
+    lines = ["| case | training step GB: plan / measured | evaluation GB: plan / measured | step s: plan / measured |",
+             "|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['case']} | {_figure(r, 'step', 2, False)} ({_error(r, 'step')}) | "
+              f"{_figure(r, 'eval', 2, False)} ({_error(r, 'eval')}) | {_figure(r, 'time', 2, False)} "
+              f"({_error(r, 'time')}) |" for r in rows[:README_CASES]]  # fmt: skip
+    memory = _memory_errors(rows)
+    return "\n".join([*lines, "", f"Over all {len(rows)} cases, memory median |error| {statistics.median(memory):.1%}, "
+                      f"max {max(memory):.1%}."])  # fmt: skip
+
+
+def h200_table(path: Path = H200_RESULTS) -> str:
+    """docs/real-model.md's CUDA table: one round on an H200 (the plan's step time is CUDA's default)."""
+    rows = _results(path)
+    lines = ["| case (SmolLM2-135M, CUDA) | training step GB: plan / measured | error | evaluation GB: plan / measured "
+             "| error | step s measured |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['case']} | {_figure(r, 'step', 3, False)} | {_error(r, 'step')} | {_figure(r, 'eval', 3, False)} "
+              f"| {_error(r, 'eval')} | {r['time']['measured']:.3f} |" for r in rows]  # fmt: skip
+    memory = _memory_errors(rows)
+    return "\n".join([*lines, "", f"Every training step and evaluation within {max(memory):.1%} "
+                      f"(median {statistics.median(memory):.1%})."])  # fmt: skip
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -329,7 +415,7 @@ def main() -> int:
             print(f"\n== {name}", flush=True)
             results[name] = SECTIONS[name](ns.repeats, Path(tmp))
     if ns.out:
-        Path(ns.out).write_text(json.dumps(results, indent=2))
+        Path(ns.out).write_text(json.dumps({**provenance(sys.argv[1:]), **results}, indent=2))
     return 0
 
 

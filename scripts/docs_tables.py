@@ -3,8 +3,10 @@ docs/usage.md (mpskit's own settings, from their fields: mpskit/settings/setting
 what-fits table of docs/memory-and-planner.md (bench/what_fits.py, from the planner) and the GGUF
 export's figures in docs/gguf.md and their line in README.md (bench/results/gguf.json, which
 bench/gguf_export.py writes), and what `mpskit train` adds to a run in docs/measurements.md
-(bench/results/overhead.json, bench/overhead.py's), and the plan against the whole run's peak in
-docs/quantized.md (bench/results/qlora-*.json, bench/qlora.py's). A test holds each page to its table.
+(bench/results/overhead.json, bench/overhead.py's), the plan against the whole run's peak in
+docs/quantized.md (bench/results/qlora-*.json, bench/qlora.py's), and the real model's plan against
+its measured memory in docs/real-model.md and README.md (bench/results/real-memory-*.json,
+bench/real.py's). tests/test_docs_tables.py holds each page to its table.
 
     python scripts/docs_tables.py      rewrite them all
 """
@@ -20,6 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import gguf_export  # noqa: E402
 import overhead  # noqa: E402
 import qlora  # noqa: E402
+import real  # noqa: E402
 import what_fits  # noqa: E402
 
 from mpskit.errors import MpskitError  # noqa: E402
@@ -30,7 +33,10 @@ TABLES = {"key-table": (ROOT / "docs" / "usage.md", key_table),
           "gguf": (ROOT / "docs" / "gguf.md", gguf_export.table),
           "gguf-line": (ROOT / "README.md", gguf_export.summary),
           "overhead": (ROOT / "docs" / "measurements.md", overhead.summary),
-          "qlora-whole-run": (ROOT / "docs" / "quantized.md", qlora.whole_run_table)}  # fmt: skip
+          "qlora-whole-run": (ROOT / "docs" / "quantized.md", qlora.whole_run_table),
+          "real-memory-cpu": (ROOT / "docs" / "real-model.md", real.cpu_table),
+          "real-memory-h200": (ROOT / "docs" / "real-model.md", real.h200_table),
+          "real-memory-line": (ROOT / "README.md", real.readme_table)}  # fmt: skip
 
 
 def markers(name: str) -> tuple[str, str]:

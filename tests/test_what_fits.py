@@ -6,19 +6,7 @@ from conftest import ROOT
 
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "scripts")]
 
-import docs_tables  # noqa: E402
 import what_fits  # noqa: E402
-
-
-def test_the_table_is_the_planners():
-    assert docs_tables.block("what-fits") == what_fits.table(), "run: python scripts/docs_tables.py"
-
-
-def test_the_key_table_is_the_settings_fields():
-    """mpskit's own settings carry their default and help on their fields; docs/usage.md's table is made of them."""
-    from mpskit.settings.settings_help import key_table
-
-    assert docs_tables.block("key-table") == key_table(), "run: python scripts/docs_tables.py"
 
 
 def test_lean_logits_fit_dpo_at_2048_on_a_16_gb_mac():
@@ -52,25 +40,3 @@ def test_a_16_gb_mac_plans_foodpo_at_4096_for_qwen25_15b():
     assert refused.returncode == 3 and "NO SETTING FITS" in refused.stdout
     packed = run_mpskit("plan", *words, "lean_attention=false", "--hardware", "m1-pro-16gb")  # packed embeddings fit
     assert packed.returncode == 0 and "4-bit embeddings and output layer" in packed.stdout
-
-
-def test_the_gguf_figures_are_the_benchs():
-    """docs/gguf.md's table is bench/gguf_export.py's last results (bench/results/gguf.json), not typed."""
-    import gguf_export
-
-    assert docs_tables.block("gguf") == gguf_export.table(), "run: python scripts/docs_tables.py"
-    assert docs_tables.block("gguf-line") == gguf_export.summary(), "run: python scripts/docs_tables.py"
-
-
-def test_the_overhead_figures_are_the_benchs():
-    """docs/measurements.md's lines on what mpskit adds are bench/overhead.py's last results."""
-    import overhead
-
-    assert docs_tables.block("overhead") == overhead.summary(), "run: python scripts/docs_tables.py"
-
-
-def test_the_whole_run_figures_are_the_benchs():
-    """docs/quantized.md's plan against GNU time's peak is bench/qlora.py's last results, per shape."""
-    import qlora
-
-    assert docs_tables.block("qlora-whole-run") == qlora.whole_run_table(), "run: python scripts/docs_tables.py"
