@@ -44,6 +44,7 @@ def test_caffeinate_holds_the_mac_awake_while_the_run_trains(tmp_path, tiny_mode
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # the switch's other setting: make test trains with caffeinate held
 def test_keep_awake_false_starts_no_caffeinate(tmp_path, tiny_model):
     _, log = train_as_macos(tmp_path, tiny_model, "keep_awake=false")
     assert log == []

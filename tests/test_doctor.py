@@ -22,6 +22,7 @@ def test_watermark_rules(environ, valid):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # its runs are bench/memory_accuracy.py's quick cases; make test measures in test_real_memory
 def test_doctor_reports_and_measures_on_this_cpu(tiny_model):
     result = run_mpskit("doctor", "--hardware", "cpu", "--model", str(tiny_model))
     assert result.returncode == 0, result.stderr[-3000:]

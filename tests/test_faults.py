@@ -317,7 +317,7 @@ def test_a_closed_terminal_saves_a_checkpoint_records_the_stop_and_resume_finish
     assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 6
 
 
-@pytest.mark.parametrize(("name", "delay_s"), [("SIGINT", 0.1), ("SIGTERM", 0.4)])
+@pytest.mark.parametrize(("name", "delay_s"), [("SIGINT", 0.1), pytest.param("SIGTERM", 0.4, marks=pytest.mark.slow)])
 def test_the_out_of_memory_re_exec_imports_what_the_first_process_did_and_keeps_a_signal(
     tmp_path, tiny_model, name, delay_s
 ):

@@ -27,6 +27,7 @@ def assert_as_trained(run_dir: Path, keys: tuple[str, ...]) -> None:
         assert again[key] == pytest.approx(trained[key], abs=1e-4), key
 
 
+@pytest.mark.slow  # it evaluates test_real_gguf's identity run
 def test_eval_of_the_identity_sft_run_reports_its_own_held_out_loss(identity_run):  # noqa: F811
     assert_as_trained(identity_run, FIGURES["sft"])
 

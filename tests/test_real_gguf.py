@@ -15,7 +15,8 @@ from test_real import NEW_NAME, real_model, train  # noqa: F401 - real_model is 
 from mpskit.tools.demo import CHAT_PROMPT
 from mpskit.tools.llama_cpp import llama_server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.real, pytest.mark.xdist_group(__name__)]
+# slow: make test checks GGUF files through llama.cpp on the tiny model (test_gguf.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.real, pytest.mark.slow, pytest.mark.xdist_group(__name__)]
 
 
 @pytest.fixture(scope="session")

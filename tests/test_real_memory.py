@@ -26,7 +26,8 @@ import real  # noqa: E402
 pytestmark = [pytest.mark.e2e, pytest.mark.real,
               pytest.mark.skipif(not trims_heap("cpu"), reason="measured on glibc's heap (Linux)")]  # fmt: skip
 DRIFT = 0.05  # points of error, either way, from the bench's, beyond the spread of its rounds
-SMALLEST = real.MEMORY_CASES[:2]  # SFT on the demo's data, 16 and 4 bits, evaluation on
+# SFT on the demo's data, evaluation on: 16 bits in make test, 4 bits in make test-real
+SMALLEST = [real.MEMORY_CASES[0], pytest.param(real.MEMORY_CASES[1], marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("case", SMALLEST, ids=lambda case: case.name)
