@@ -67,9 +67,10 @@ class FooDPOTrainer(LeanDPOTrainer):
         return self.foodpo.ppl_source == ("reference" if is_ref_model else "policy")
 
     def extra_scored_positions(self, batch: dict, is_ref_model: bool) -> torch.Tensor | None:
-        """The chosen half's prompt tokens, so the lean pass scores them too."""
-        if not self._scores_prompt(is_ref_model):
-            return None
+        """The chosen half's prompt tokens, so the lean pass scores them too: in the policy's pass and the
+        reference's alike, whichever one the perplexity is read from. Both then take the answers'
+        log-probabilities over the same positions in the same chunks, so before training the two are
+        equal to the bit (scored apart, the base model's log-ratio gap read 1e-7, not 0)."""
         scored = prompt_positions(batch["labels"], batch["attention_mask"])
         scored[scored.size(0) // 2 :] = False
         return scored
