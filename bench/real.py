@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mpskit.machine.hardware import detect  # noqa: E402
 from mpskit.plan.advice import plan_duration, plan_run  # noqa: E402
 from mpskit.plan.duration import Throughput, steady_step_s  # noqa: E402
 from mpskit.plan.memory import GB  # noqa: E402
@@ -184,11 +185,8 @@ def memory_table(measured: dict[str, list[dict]], data: dict[str, Path]) -> dict
                          ("      -" if plan[key] is None else f"{row[key]['error']:>+7.1%}"))  # fmt: skip
         rows.append(row)
         print(f"{case.name:44} {'yes' if case.fit else 'no':4} " + " ".join(cells))
-    for group, selected in (("fitted", [r for r in rows if r["fit"]]), ("held out", [r for r in rows if not r["fit"]])):
-        memory = [abs(r[key]["error"]) for r in selected for key in ("step", "eval")]
-        times = [abs(r["time"]["error"]) for r in selected if r["time"]["error"] is not None]
-        print(f"{group}: memory median |error| {statistics.median(memory):.1%}, max {max(memory):.1%}; "
-              f"step time max |error| {max(times):.1%}")  # fmt: skip
+    for line in summary_lines(rows):
+        print(line)
     return {"cases": rows}
 
 
@@ -311,10 +309,8 @@ def provenance(argv: list[str]) -> dict:
     """Which command measured the results, on which machine."""
     import platform
 
-    chip = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else ""
     return {"command": " ".join(["python", "bench/real.py", *argv]),
-            "machine": f"{chip or platform.machine()}, {os.cpu_count()} cores, {platform.system()}"}  # fmt: skip
+            "machine": f"{detect().chip}, {os.cpu_count()} cores, {platform.system()}"}  # fmt: skip
 
 
 def _results(path: Path) -> list[dict]:
@@ -337,8 +333,9 @@ def _memory_errors(rows: list[dict]) -> list[float]:
     return [abs(row[key]["error"]) for row in rows for key in ("step", "eval")]
 
 
-def memory_summary(rows: list[dict], times: bool = True) -> str:
-    """The median and largest errors, fitted and held-out cases apart."""
+def summary_lines(rows: list[dict]) -> list[str]:
+    """The median and largest errors, fitted and held-out cases apart: the bench's last lines, and the
+    docs' (cpu_table)."""
     said = []
     for group, selected in (("fitted", [r for r in rows if r["fit"]]), ("held out", [r for r in rows if not r["fit"]])):
         if not selected:
@@ -346,8 +343,8 @@ def memory_summary(rows: list[dict], times: bool = True) -> str:
         memory = _memory_errors(selected)
         line = f"{group}: memory median |error| {statistics.median(memory):.1%}, max {max(memory):.1%}"
         step_errors = [abs(r["time"]["error"]) for r in selected if r["time"]["error"] is not None]
-        said.append(line + (f"; step time max |error| {max(step_errors):.1%}" if times and step_errors else ""))
-    return "; ".join(said) + "."
+        said.append(line + (f"; step time max |error| {max(step_errors):.1%}" if step_errors else ""))
+    return said
 
 
 def cpu_table(path: Path = CPU_RESULTS) -> str:
@@ -359,7 +356,7 @@ def cpu_table(path: Path = CPU_RESULTS) -> str:
     lines += [f"| {r['case']} | {'yes' if r['fit'] else 'no'} | {_figure(r, 'step')} | {_error(r, 'step')} | "
               f"{_figure(r, 'eval')} | {_error(r, 'eval')} | {_figure(r, 'time', 2)} | {_error(r, 'time')} |"
               for r in rows]  # fmt: skip
-    return "\n".join([*lines, "", f"Medians of the rounds; {memory_summary(rows)}"])
+    return "\n".join([*lines, "", f"Medians of the rounds; {'; '.join(summary_lines(rows))}."])
 
 
 def readme_table(path: Path = CPU_RESULTS) -> str:
