@@ -132,8 +132,8 @@ class MemoryMonitor(TrainerCallback):
         self._eval_start: float | None = None
         self._last_exact = self._read_peak() if self._read_peak else 0
         self._started = time.perf_counter()
-        # a sample is read and counted whole on one side of a mark: one read before a mark's heap trim,
-        # counted after it, gave the evaluation that followed the training step's peak
+        # a sample is read and counted whole on one side of a mark: one read before a mark's heap trim and
+        # counted after it would give the evaluation that follows the training step's peak
         self._marking = threading.RLock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, args=(interval_s,), daemon=True)
