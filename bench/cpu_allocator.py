@@ -8,7 +8,9 @@ read by glibc at process start) every buffer above it is mapped and unmapped on 
 the live tensors. Each case, fresh processes in turn (default, pinned, then pinned, default), on
 random-initialised models with Qwen's vocabulary, lean logits on; ratios pinned / default per pair.
 
-    python bench/cpu_allocator.py [--repeats 2] [--threshold 1048576]
+    python bench/cpu_allocator.py [--repeats 2] [--threshold 1048576] [--out FILE.json]
+
+It writes bench/results/cpu-allocator.json; docs/measurements.md renders it.
 
 No target: the figures say what `MALLOC_MMAP_THRESHOLD_` is worth on a Linux machine short of memory,
 and how much of `bench/memory_accuracy.py`'s CPU error is the allocator's rather than the model's.
@@ -25,8 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from lean_logits import spread  # noqa: E402
+import results_file  # noqa: E402
 from memory_accuracy import build_models  # noqa: E402
+from results_file import Column, spread  # noqa: E402
 
 from mpskit.trials.measure import Case, measure, write_long_data  # noqa: E402
 
@@ -36,12 +39,35 @@ CASES = [
     ("mid", Case("dpo", 1024, 1, 8, False, lean_logits=True)),
     ("mid", Case("sft", 2048, 1, 8, True, lean_logits=True)),
 ]
+COLUMNS = [Column("stage", "stage"), Column("cutoff", "cutoff"), Column("batch", "batch"), Column("ckpt", "ckpt"),
+           Column("estimate GB", "estimate_gb"), Column("default GB", "default_gb"),
+           Column("pinned GB", "pinned_gb"), Column("memory ratio", "memory_ratio"),
+           Column("time ratio", "time_ratio")]  # fmt: skip
+
+
+def case_row(case: Case, default: list[dict], pinned: list[dict]) -> dict:
+    """One case's figures: training memory with and without the pinned threshold, and their ratios per pair."""
+    pairs = list(zip(default, pinned, strict=True))
+    return {"stage": case.stage, "cutoff": case.cutoff_len, "ckpt": "on" if case.checkpointing else "off",
+            "batch": case.batch if case.stage == "sft" else f"{case.batch} pair{'s' * (case.batch > 1)}",
+            "estimate_gb": default[0]["estimate_gb"],
+            "default_gb": spread([r["measured_gb"] for r in default]),
+            "pinned_gb": spread([r["measured_gb"] for r in pinned]),
+            "memory_ratio": spread([p["measured_gb"] / d["measured_gb"] for d, p in pairs]),
+            "time_ratio": spread([d["tokens_per_second"] / p["tokens_per_second"] for d, p in pairs])}  # fmt: skip
+
+
+def table(at: Path | None = None) -> str:
+    """docs/measurements.md's table."""
+    results = results_file.load("cpu-allocator", at)
+    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", results_file.source_line(results)])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=2, help="pairs of runs per case (default 2)")
     parser.add_argument("--threshold", type=int, default=1024**2, help="pinned mmap threshold in bytes")
+    parser.add_argument("--out", default=str(results_file.path("cpu-allocator")), help="the results file")
     ns = parser.parse_args()
     if ns.repeats < 1:
         parser.error("--repeats must be 1 or more")
@@ -50,21 +76,16 @@ def main() -> int:
         work = Path(tmp)
         data = write_long_data(work / "data")
         models = build_models({model for model, _ in CASES}, work / "models")
-        print(f"{'stage':6} {'cutoff':>6} {'batch':>5} {'ckpt':>4} {'estimate':>8} {'default GB':>18} "
-              f"{'pinned GB':>18} {'memory ratio':>18} {'time ratio':>18}", flush=True)  # fmt: skip
+        rows = []
         for i, (model, case) in enumerate(CASES):
             runs: dict[bool, list[dict]] = {False: [], True: []}
             for repeat in range(ns.repeats):
                 for pinned in (False, True) if repeat % 2 == 0 else (True, False):
                     out = work / f"run-{i}-{repeat}-{'pinned' if pinned else 'default'}"
                     runs[pinned].append(measure(case, models[model], data, out, "cpu", pinned_env if pinned else None))
-            default, pinned = runs[False], runs[True]
-            memory = [p["measured_gb"] / d["measured_gb"] for d, p in zip(default, pinned, strict=True)]
-            time = [d["tokens_per_second"] / p["tokens_per_second"] for d, p in zip(default, pinned, strict=True)]
-            print(f"{case.stage:6} {case.cutoff_len:>6} {case.batch:>5} {'on' if case.checkpointing else 'off':>4} "
-                  f"{default[0]['estimate_gb']:>8.2f} {spread([r['measured_gb'] for r in default]):>18} "
-                  f"{spread([r['measured_gb'] for r in pinned]):>18} {spread(memory):>18} {spread(time):>18}",
-                  flush=True)  # fmt: skip
+            rows.append(case_row(case, runs[False], runs[True]))
+            print(results_file.render(COLUMNS, rows), flush=True)
+    results_file.save(rows, Path(ns.out))
     print("GB: training memory (peak RSS minus the RSS after the imports)")
     print(f"pinned: MALLOC_MMAP_THRESHOLD_={ns.threshold}")
     print("ratios pinned / default: memory, and step time (tokens/s default over pinned)")

@@ -8,7 +8,9 @@ runs the probe and the whole run in turn (A B, then B A in the next round). Erro
 (predicted - measured) / measured on the training steps' time; the table shows medians over the
 rounds and the spread of the "after" error.
 
-    python bench/demo_duration.py [--repeats 3] [--steps 40] [--hardware cpu]
+    python bench/demo_duration.py [--repeats 3] [--steps 40] [--hardware cpu] [--out FILE.json]
+
+It writes bench/results/demo-duration.json; docs/measurements.md renders it.
 
 Target: the plan's duration ("after") within 25% of the probe's and of the measured run.
 """
@@ -28,7 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from duration import TARGET, errors, probe, spread  # noqa: E402
+import results_file  # noqa: E402
+from duration import TARGET, errors, probe  # noqa: E402
+from results_file import Column  # noqa: E402
 
 from mpskit.rundir.folder import RunDir  # noqa: E402
 from mpskit.tools.tiny import build_tiny_model  # noqa: E402
@@ -37,6 +41,32 @@ from mpskit.trials.measure import OFFLINE, Case, case_words, fresh_process_env, 
 DEMO = ROOT / "mpskit" / "data"
 DATASETS = {"sft": "demo_sft", "dpo": "demo_pref"}
 BATCH = 4
+COLUMNS = [Column("stage", "stage"), Column("cutoff", "cutoff"), Column("measured s", "measured", ".1f"),
+           Column("probe s", "probe", ".1f"), Column("plan before s", "before", ".1f"),
+           Column("plan after s", "after", ".1f"), Column("before vs measured", "before_error", "+.0%"),
+           Column("after vs measured [spread]", "after_error", "+.0%"),
+           Column("after vs probe", "after_probe_error", "+.0%")]  # fmt: skip
+
+
+def case_row(case: Case, timed: dict[str, list[float]]) -> dict:
+    """One setting's medians over the rounds; the plan's error after the change with its rounds' range."""
+    return {"stage": case.stage, "cutoff": case.cutoff_len,
+            **{key: statistics.median(values) for key, values in timed.items()},
+            "before_error": statistics.median(errors(timed["before"], timed["measured"])),
+            "after_error": results_file.spread(errors(timed["after"], timed["measured"])),
+            "after_probe_error": statistics.median(errors(timed["after"], timed["probe"]))}  # fmt: skip
+
+
+def worst_error(rows: list[dict]) -> float:
+    return max(max(abs(row["after_error"]["median"]), abs(row["after_probe_error"])) for row in rows)
+
+
+def table(at: Path | None = None) -> str:
+    """docs/measurements.md's table."""
+    results = results_file.load("demo-duration", at)
+    return "\n".join([results_file.render(COLUMNS, results["rows"]), "",
+                      f"Worst error of the plan's duration: {worst_error(results['rows']):.0%} against the run and "
+                      f"the probe (target {TARGET:.0%}).", "", results_file.source_line(results)])  # fmt: skip
 
 
 def demo_words(case: Case, model: Path, hardware: str) -> list[str]:
@@ -58,6 +88,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="rounds over every setting (default 3)")
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps of each run (default 40)")
     parser.add_argument("--hardware", default="cpu", help="hardware profile whose figures plan (default cpu)")
+    parser.add_argument("--out", default=str(results_file.path("demo-duration")), help="the results file")
     ns = parser.parse_args()
     settings = [Case(stage, cutoff, BATCH, 8, False, steps=ns.steps) for stage in DATASETS for cutoff in (512, 4096)]
     keys = ("before", "after", "probe", "measured")
@@ -82,21 +113,12 @@ def main() -> int:
                         rows[i]["measured"].append(RunDir.open(out).record.duration.measured_s)
                 print(f"round {round_ + 1}: {case.stage} cutoff {case.cutoff_len} done", file=sys.stderr, flush=True)
 
-    print(f"{'stage':5} {'cutoff':>6} | measured   probe  before  after | before/measured  after/measured  "
-          "after/probe  (after's spread)")
-    worst = 0.0
-    for i, case in enumerate(settings):
-        r = rows[i]
-        median = {key: statistics.median(r[key]) for key in keys}
-        after_run = errors(r["after"], r["measured"])
-        after_probe = statistics.median(errors(r["after"], r["probe"]))
-        before_run = statistics.median(errors(r["before"], r["measured"]))
-        worst = max(worst, abs(statistics.median(after_run)), abs(after_probe))
-        print(f"{case.stage:5} {case.cutoff_len:>6} | {median['measured']:>7.1f}s {median['probe']:>6.1f}s "
-              f"{median['before']:>6.1f}s {median['after']:>5.1f}s | {before_run:>+15.0%} "
-              f"{statistics.median(after_run):>+15.0%} {after_probe:>+12.0%}  ({spread(after_run)})")  # fmt: skip
+    results = [case_row(case, rows[i]) for i, case in enumerate(settings)]
+    print(results_file.render(COLUMNS, results))
+    worst = worst_error(results)
     print(f"{ns.steps} steps of batch {BATCH}, {ns.hardware} profile's figures, medians of {ns.repeats} rounds; "
           f"worst error of the plan's duration: {worst:.0%} (target {TARGET:.0%})")
+    results_file.save(results, Path(ns.out))
     return 0 if worst <= TARGET else 1
 
 

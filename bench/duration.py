@@ -10,7 +10,9 @@ Errors are (predicted - measured) / measured, on the training steps' time (what 
 on the wall-clock time of the whole process (with loading the model and saving the adapter, the
 probe's own start-up taken as the run's); the table shows medians over the rounds and the spread.
 
-    python bench/duration.py [--repeats 2] [--quick] [--hardware cpu]
+    python bench/duration.py [--repeats 2] [--quick] [--hardware cpu] [--out FILE.json]
+
+A whole run writes bench/results/duration.json; docs/measurements.md renders it.
 
 Target: the probe within 25% of the measured run in every setting (training time, medians).
 """
@@ -29,7 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import results_file  # noqa: E402
 from memory_accuracy import MODELS  # noqa: E402
+from results_file import Column  # noqa: E402
 
 from mpskit.rundir.folder import RunDir  # noqa: E402
 from mpskit.tools.tiny import build_tiny_model  # noqa: E402
@@ -58,37 +62,43 @@ def probe(words: list[str]) -> dict:
     return json.loads(done.stdout)
 
 
-def spread(values: list[float]) -> str:
-    return f"{min(values):+.1%}..{max(values):+.1%}" if len(values) > 1 else ""
-
-
 def errors(predicted: list[float], measured: list[float]) -> list[float]:
     return [(p - m) / m for p, m in zip(predicted, measured, strict=True)]
 
 
-def report(settings: list, rows: dict, repeats: int, hardware: str) -> float:
-    """Print the table; the worst median error of the probe on training time."""
-    print(f"{'model':13} {'stage':5} {'batch':>5} {'ckpt':>4} {'steps':>5} | training: measured  probe   error"
-          f"          spread figures   error | wall: measured  probe   error")  # fmt: skip
-    worst = {"probe": 0.0, "probe_wall": 0.0, "figures": 0.0}
-    for i, (model, case) in enumerate(settings):
-        r = rows[i]
-        probe_errors = errors(r["probe"], r["measured"])
-        error = {"probe": statistics.median(probe_errors),
-                 "probe_wall": statistics.median(errors(r["probe_wall"], r["wall"])),
-                 "figures": statistics.median(errors(r["figures"], r["measured"]))}  # fmt: skip
-        worst = {key: max(worst[key], abs(error[key])) for key in worst}
-        median = {key: statistics.median(values) for key, values in r.items()}
-        print(
-            f"{model:13} {case.stage:5} {case.batch:>5} {'on' if case.checkpointing else 'off':>4} {case.steps:>5} | "
-            f"{median['measured']:>18.1f}s {median['probe']:>6.1f}s {error['probe']:>+7.1%} "
-            f"{spread(probe_errors):>15} {median['figures']:>6.1f}s {error['figures']:>+7.1%} | "
-            f"{median['wall']:>13.1f}s {median['probe_wall']:>6.1f}s {error['probe_wall']:>+7.1%}"
-        )
-    print(f"worst error (medians over {repeats} rounds): probe {worst['probe']:.1%} on training time "
-          f"(target {TARGET:.0%}), {worst['probe_wall']:.1%} on wall time; "
-          f"{hardware} profile's figures {worst['figures']:.1%}")  # fmt: skip
-    return worst["probe"]
+COLUMNS = [Column("model", "model"), Column("stage", "stage"), Column("batch", "batch"), Column("ckpt", "ckpt"),
+           Column("steps", "steps"), Column("measured s", "measured", ".1f"), Column("probe s", "probe", ".1f"),
+           Column("probe error [spread]", "probe_error", "+.1%"), Column("figures s", "figures", ".1f"),
+           Column("figures error", "figures_error", "+.1%"), Column("wall measured s", "wall", ".1f"),
+           Column("wall probe s", "probe_wall", ".1f"), Column("wall error", "wall_error", "+.1%")]  # fmt: skip
+
+
+def setting_row(model: str, case: Case, timed: dict[str, list[float]]) -> dict:
+    """One setting's medians over the rounds; the probe's error with its rounds' range."""
+    return {"model": model, "stage": case.stage, "batch": case.batch, "ckpt": "on" if case.checkpointing else "off",
+            "steps": case.steps, **{key: statistics.median(values) for key, values in timed.items()},
+            "probe_error": results_file.spread(errors(timed["probe"], timed["measured"])),
+            "figures_error": statistics.median(errors(timed["figures"], timed["measured"])),
+            "wall_error": statistics.median(errors(timed["probe_wall"], timed["wall"]))}  # fmt: skip
+
+
+def worst_errors(rows: list[dict]) -> dict[str, float]:
+    """The largest median error of the probe (training time, wall time) and of the profile's figures."""
+    return {key: max(abs(row[key]["median"] if key == "probe_error" else row[key]) for row in rows)
+            for key in ("probe_error", "wall_error", "figures_error")}  # fmt: skip
+
+
+def summary(results: dict) -> str:
+    worst = worst_errors(results["rows"])
+    return (f"Worst median error: the probe {worst['probe_error']:.1%} on training time (target {TARGET:.0%}), "
+            f"{worst['wall_error']:.1%} on wall time; the profile's figures {worst['figures_error']:.1%}.")  # fmt: skip
+
+
+def table(at: Path | None = None) -> str:
+    """docs/measurements.md's table."""
+    results = results_file.load("duration", at)
+    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", summary(results), "",
+                      results_file.source_line(results)])  # fmt: skip
 
 
 def main() -> int:
@@ -96,6 +106,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2, help="rounds over every setting (default 2)")
     parser.add_argument("--quick", action="store_true", help="only the tiny model's settings")
     parser.add_argument("--hardware", default="cpu", help="hardware profile whose figures are compared (default cpu)")
+    parser.add_argument("--out", help="the results file (default: bench/results/duration.json, not with --quick)")
     ns = parser.parse_args()
     settings = [(m, c) for m, c in SETTINGS if m == "tiny"] if ns.quick else SETTINGS
 
@@ -122,8 +133,13 @@ def main() -> int:
                         rows[i]["figures"].append(duration.predicted_s)
                 print(f"round {round_ + 1}: {model} {case.stage} batch {case.batch} done", file=sys.stderr, flush=True)
 
-    worst_probe = report(settings, rows, ns.repeats, ns.hardware)
-    return 0 if worst_probe <= TARGET else 1
+    results = [setting_row(model, case, rows[i]) for i, (model, case) in enumerate(settings)]
+    print(results_file.render(COLUMNS, results))
+    print(summary({"rows": results}))
+    out = ns.out or (None if ns.quick else results_file.path("duration"))
+    if out:
+        results_file.save(results, Path(out))
+    return 0 if worst_errors(results)["probe_error"] <= TARGET else 1
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ a logged loss from the math arm's.
     python bench/lean_attention.py --block-mib 2 8 32 --case 0    lean arms with these block budgets
     python bench/lean_attention.py --kernel [--block-mib 2 8 32 128]  the attention call alone
 
+A run of every case writes bench/results/lean-attention.json, and --kernel lean-attention-kernel.json
+(or --out FILE.json); docs/lean-paths.md renders them.
+
 An arm the memory model puts above this machine's available memory is skipped, and said.
 
 Targets: at 4096, lean's training memory <= 0.5 x the math arm's and <= 1.15 x the fused arm's; its
@@ -40,8 +43,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import results_file  # noqa: E402
 from lean_logits import HARDWARE, loss_diff, one_run, spread, write_measured, write_yaml  # noqa: E402
 from memory_accuracy import MODELS  # noqa: E402
+from results_file import Column  # noqa: E402
 
 from mpskit.plan.memory import FRAMEWORK_BYTES, GB, Knobs, dims_from_mapping, estimate  # noqa: E402
 from mpskit.settings.run_spec import RunSpec  # noqa: E402
@@ -134,7 +139,48 @@ def case_rows(label: str, cutoff: int, arms: list[str], rounds: list[dict], pred
     return rows, ok
 
 
-def kernel_bench(block_mib: list[int], repeats: int, seq: int = 4096) -> None:
+COLUMNS = [Column("model", "model"), Column("stage", "stage"), Column("cutoff", "cutoff"), Column("ckpt", "ckpt"),
+           *(Column(f"{arm} GB", f"{arm}_gb") for arm in ARMS),
+           Column("lean / math memory", "lean_math_memory", ".3f"),
+           Column("lean / fused memory", "lean_fused_memory", ".3f"),
+           *(Column(f"{arm} s/step", f"{arm}_s", ".1f") for arm in ARMS),
+           Column("lean / math time", "lean_math_time")]  # fmt: skip
+KERNEL_COLUMNS = [Column("arm", "arm"), Column("s", "s"), Column("time / math", "time_vs_math")]
+
+
+def case_result(model: str, stage: str, cutoff: int, checkpointing: bool, arms: list[str], rounds: list[dict]) -> dict:
+    """The results file's row of one case: each arm's medians, lean's ratios per round (None: an arm not run)."""
+    row = {"model": "0.5B" if model == "qwen2.5-0.5b" else model, "stage": stage,
+           "cutoff": cutoff if stage == "sft" else f"{cutoff} pairs",
+           "ckpt": "on" if checkpointing else "off"}  # fmt: skip
+    for arm in ARMS:
+        ran = arm in arms
+        row[f"{arm}_gb"] = statistics.median(r[arm]["training_gb"] for r in rounds) if ran else None
+        row[f"{arm}_s"] = statistics.median(r[arm]["step_s"] for r in rounds) if ran else None
+    for key, other, figure in (("lean_math_memory", "math", "training_gb"),
+                               ("lean_fused_memory", "fused", "training_gb"),
+                               ("lean_math_time", "math", "step_s")):  # fmt: skip
+        both = "lean" in arms and other in arms
+        row[key] = results_file.spread(ratio(rounds, "lean", other, figure)) if both else None
+    return row
+
+
+def table(at: Path | None = None) -> str:
+    """docs/lean-paths.md's table of the training runs."""
+    results = results_file.load("lean-attention", at)
+    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", results_file.source_line(results)])
+
+
+def kernel_table(at: Path | None = None) -> str:
+    """docs/lean-paths.md's table of the attention call alone."""
+    results = results_file.load("lean-attention-kernel", at)
+    return "\n".join([results_file.render(KERNEL_COLUMNS, results["rows"]), "", results_file.source_line(results)])
+
+
+KERNEL_LABELS = {"math": "SDPA math (MPS stand-in)", "fused": "fused SDPA (CPU)"}
+
+
+def kernel_bench(block_mib: list[int], repeats: int, out: Path, seq: int = 4096) -> None:
     """Forward and backward of one attention call (Qwen2.5-0.5B's 14 query heads on 2 key/value heads,
     batch 2, float32, causal) on this CPU: SDPA's math path, the fused SDPA, and lean attention with
     each block budget; one untimed call each, then every arm once per round, in a rotated order."""
@@ -171,9 +217,12 @@ def kernel_bench(block_mib: list[int], repeats: int, seq: int = 4096) -> None:
             calls[name]().sum().backward()
             seconds[name].append(time.perf_counter() - started)
     print(f"attention call, forward and backward: s={seq}, batch {batch}, {heads} heads on {kv_heads}, float32")
-    for name in names:
-        times = [t / m for t, m in zip(seconds[name], seconds["math"], strict=True)]
-        print(f"{name:8} {statistics.median(seconds[name]):6.2f} s  time / math {spread(times)}")
+    rows = [{"arm": KERNEL_LABELS.get(name, f"lean, {name.split(':')[-1]} MiB blocks"),
+             "s": statistics.median(seconds[name]),
+             "time_vs_math": results_file.spread([t / m for t, m in zip(seconds[name], seconds["math"], strict=True)])}
+            for name in names]  # fmt: skip
+    print(results_file.render(KERNEL_COLUMNS, rows))
+    results_file.save(rows, out)
 
 
 def main() -> int:
@@ -185,16 +234,19 @@ def main() -> int:
     parser.add_argument("--block-mib", type=int, nargs="+", help="only lean arms, with these block budgets (MiB)")
     parser.add_argument("--kernel", action="store_true", help="time the attention call alone (--block-mib sizes)")
     parser.add_argument("--checkpointing", choices=("on", "off"), help="only this checkpointing (default both)")
+    parser.add_argument("--out", help="the results file (default: bench/results/lean-attention.json when every "
+                        "case ran with its three arms; lean-attention-kernel.json with --kernel)")
     ns = parser.parse_args()
     if ns.repeats < 1:
         parser.error("--repeats must be 1 or more")
     if ns.kernel:
-        kernel_bench(ns.block_mib or [2, 8, 32, 128], max(ns.repeats, 5))
+        kernel_bench(ns.block_mib or [2, 8, 32, 128], max(ns.repeats, 5),
+                     Path(ns.out or results_file.path("lean-attention-kernel")))
         return 0
     from mpskit.tools.tiny import build_tiny_model
 
     chosen = [CASES[i] for i in ns.case] if ns.case else CASES
-    ok = True
+    ok, results = True, []
     with tempfile.TemporaryDirectory(prefix="mpskit-attention-bench-") as tmp:
         work = Path(tmp)
         data = write_long_data(work / "data")
@@ -225,12 +277,18 @@ def main() -> int:
                 extra = (f"disable_gradient_checkpointing={str(not checkpointing).lower()}", "warmup_ratio=0")
                 yaml_file = write_yaml(stage, cutoff, 1, models[model], data, case_dir, ns.steps, HARDWARE[ns.device],
                                        extra)  # fmt: skip
-                rows, met = case_rows(label, cutoff, arms, rounds_of(yaml_file, arms, ns.repeats, ns.device, case_dir),
-                                      predicted)  # fmt: skip
+                rounds = rounds_of(yaml_file, arms, ns.repeats, ns.device, case_dir)
+                rows, met = case_rows(label, cutoff, arms, rounds, predicted)
                 print("\n".join(rows), flush=True)
                 ok = ok and met
+                if not ns.block_mib:
+                    results.append(case_result(model, stage, cutoff, checkpointing, arms, rounds))
     print(f"targets: at 4096, lean / math memory <= {MEMORY_VS_MATH}, lean / fused memory <= {MEMORY_VS_FUSED}; "
           f"lean / math step time <= {TIME_VS_MATH}")  # fmt: skip
+    whole = not (ns.case or ns.checkpointing or ns.block_mib)
+    out = ns.out or (results_file.path("lean-attention") if whole else None)
+    if out and results:
+        results_file.save(results, Path(out))
     return 0 if ok else 1
 
 

@@ -13,6 +13,9 @@ after the first. Ratios are against whole logits, per round of runs, and the tab
 and spread; `loss diff` is the largest relative difference of a logged loss from the whole run's.
 
     python bench/lean_logits.py [--repeats 2] [--steps 3] [--quick] [--stage sft|dpo|foodpo] [--device cuda]
+                                [--out FILE.json]
+
+A whole run writes bench/results/lean-logits-cpu.json (or -cuda.json); docs/measurements.md renders it.
 
 Targets: training-memory ratio <= 0.5 for DPO and fooDPO, <= 0.6 for SFT; step-time ratio <= 1.05.
 """
@@ -29,6 +32,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+import results_file  # noqa: E402
+from results_file import Column  # noqa: E402
 
 from mpskit.plan.duration import steady_step_s  # noqa: E402
 from mpskit.settings.run_spec import RunSpec  # noqa: E402
@@ -116,6 +124,29 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
 
 
+def arm_row(stage: str, cutoff: int, batch: int, arm: str, rounds: list[dict]) -> dict:
+    """One arm's medians over the rounds, and its ratios to whole logits per round."""
+    row = {"stage": stage, "cutoff": cutoff, "batch": f"{batch} pairs" if stage != "sft" else batch, "arm": arm,
+           "gb": statistics.median(r[arm]["training_gb"] for r in rounds),
+           "step_s": statistics.median(r[arm]["step_s"] for r in rounds)}  # fmt: skip
+    if arm != "whole":
+        row["memory_ratio"] = results_file.spread([r[arm]["training_gb"] / r["whole"]["training_gb"] for r in rounds])
+        row["time_ratio"] = results_file.spread([r[arm]["step_s"] / r["whole"]["step_s"] for r in rounds])
+        row["loss_diff"] = max(loss_diff(r[arm], r["whole"]) for r in rounds)
+    return row
+
+
+COLUMNS = [Column("stage", "stage"), Column("cutoff", "cutoff"), Column("batch", "batch"), Column("arm", "arm"),
+           Column("GB", "gb"), Column("s/step", "step_s", ".3g"), Column("memory ratio", "memory_ratio", ".3f"),
+           Column("time ratio", "time_ratio"), Column("loss diff", "loss_diff", ".1e")]  # fmt: skip
+
+
+def table(device: str, at: Path | None = None) -> str:
+    """docs/measurements.md's table of one device's results."""
+    results = results_file.load(f"lean-logits-{device}", at)
+    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", results_file.source_line(results)])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=2, help="A B pairs per case (default 2)")
@@ -125,18 +156,18 @@ def main() -> int:
     parser.add_argument(
         "--device", choices=list(HARDWARE), default="cpu", help="cpu (default), or cuda with a liger arm"
     )
+    parser.add_argument("--out", help="the results file (default: bench/results/lean-logits-DEVICE.json when "
+                        "every case ran at full size)")
     ns = parser.parse_args()
     if ns.repeats < 1:
         parser.error("--repeats must be 1 or more")
     from mpskit.tools.tiny import build_tiny_model
 
-    ok = True
+    rows = []
     with tempfile.TemporaryDirectory(prefix="mpskit-lean-bench-") as tmp:
         work = Path(tmp)
         data = write_long_data(work / "data")
         model = build_tiny_model(work / "model", ROOT / "data", dims=SMALL if ns.quick else QWEN25_05B)
-        print(f"{'stage':7} {'cutoff':>6} {'batch':>5} {'arm':5} {'GB':>6} {'s/step':>7} {'memory ratio':>22} "
-              f"{'time ratio':>22} {'loss diff':>9}", flush=True)  # fmt: skip
         for stage, cutoff, batch in [case for case in CASES if ns.stage in (None, case[0])]:
             case_dir = work / f"{stage}-{cutoff}-{batch}"
             case_dir.mkdir()
@@ -146,19 +177,13 @@ def main() -> int:
             for repeat in range(ns.repeats):  # A B, then B A: no arm always runs first
                 order = arms if repeat % 2 == 0 else arms[::-1]
                 rounds.append({arm: one_run(yaml_file, arm, ns.device, case_dir / f"{arm}-{repeat}") for arm in order})
-            for arm in arms:
-                gb = statistics.median(r[arm]["training_gb"] for r in rounds)
-                step_s = statistics.median(r[arm]["step_s"] for r in rounds)
-                row = f"{stage:7} {cutoff:>6} {batch:>5} {arm:5} {gb:>6.2f} {step_s:>7.2f}"
-                if arm != "whole":
-                    memory = [r[arm]["training_gb"] / r["whole"]["training_gb"] for r in rounds]
-                    time = [r[arm]["step_s"] / r["whole"]["step_s"] for r in rounds]
-                    diff = max(loss_diff(r[arm], r["whole"]) for r in rounds)
-                    row += f" {spread(memory):>22} {spread(time):>22} {diff:>9.1e}"
-                    if arm == "lean":
-                        met = statistics.median(memory) <= TARGETS[stage] and statistics.median(time) <= STEP_TARGET
-                        ok = ok and met
-                print(row, flush=True)
+            rows += [arm_row(stage, cutoff, batch, arm, rounds) for arm in arms]
+            print(results_file.render(COLUMNS, rows), flush=True)
+    ok = all(row["memory_ratio"]["median"] <= TARGETS[row["stage"]] and row["time_ratio"]["median"] <= STEP_TARGET
+             for row in rows if row["arm"] == "lean")  # fmt: skip
+    out = ns.out or (None if ns.quick or ns.stage else results_file.path(f"lean-logits-{ns.device}"))
+    if out:
+        results_file.save(rows, Path(out))
     print("targets: memory ratio <= 0.5 (dpo, foodpo), <= 0.6 (sft); time ratio <= 1.05; ratios are lean / whole")
     return 0 if ok else 1
 

@@ -13,6 +13,8 @@ Prints medians and spread over the rounds, and the share of what packing the two
 Target: that share at least 70%; the plan within the memory model's targets (median 5%, max 12%).
 
     python bench/packed_vocab.py [--repeats 3] [--out FILE.json]
+
+It writes bench/results/packed-vocab.json; docs/quantized.md renders it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qlora import bf16_shards, spread  # noqa: E402  (bench/, the script's own folder)
+import results_file  # noqa: E402  (bench/, the script's own folder)
+from qlora import bf16_shards  # noqa: E402
+from results_file import Column  # noqa: E402
 
 from mpskit.errors import MpskitError  # noqa: E402
 from mpskit.plan.duration import steady_step_s  # noqa: E402
@@ -41,6 +45,32 @@ GIB = 1024**3
 SHARE_TARGET = 0.70
 MEMORY_TARGETS = (0.05, 0.12)
 ARMS = {"4-bit": [], "4-bit packed": ["quantize_embeddings=true"]}
+FIGURES = {"training_gb": "the run's peak", "step_gb": "training step", "eval_gb": "evaluation",
+           "loading_peak_gb": "loading", "step_s": "step time s"}  # fmt: skip
+COLUMNS = [Column("", "figure"), Column("4-bit", "4-bit", ".3f"), Column("4-bit, tables packed", "4-bit packed", ".3f"),
+           Column("packed / 4-bit", "ratio")]  # fmt: skip
+MOMENTS = {"step": "training steps", "eval": "evaluations", "loading": "loading"}
+
+
+def summary(results: dict) -> str:
+    """What packing saved, and the plan's errors."""
+    errors = results["plan_errors"]
+    held = [abs(errors[arm][moment]) for arm in ARMS for moment in ("step", "eval")]
+    said = "; ".join(f"{MOMENTS[moment]} {errors['4-bit'][moment]:+.1%} (4-bit) and "
+                     f"{errors['4-bit packed'][moment]:+.1%} (packed)" for moment in MOMENTS)  # fmt: skip
+    saved, savable = results["saved_gb"], results["savable_gb"]
+    return (f"Packing saved {saved:.3f} GB of the run's peak: {saved / savable:.0%} of the {savable:.3f} GB "
+            f"that packing the two tables can save (target {SHARE_TARGET:.0%}). "
+            f"The plan against the medians: {said}. Steps and evaluations together: median "
+            f"{statistics.median(held):.1%}, max {max(held):.1%} (targets {MEMORY_TARGETS[0]:.0%} and "
+            f"{MEMORY_TARGETS[1]:.0%}).")  # fmt: skip
+
+
+def table(at: Path | None = None) -> str:
+    """docs/quantized.md's table."""
+    results = results_file.load("packed-vocab", at)
+    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", summary(results), "",
+                      results_file.source_line(results)])  # fmt: skip
 
 
 def run_case(model: Path, data: Path, out: Path, extra: list[str]) -> dict:
@@ -70,7 +100,7 @@ def run_case(model: Path, data: Path, out: Path, extra: list[str]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="rounds of both arms (default 3)")
-    parser.add_argument("--out", help="also write the figures as JSON here")
+    parser.add_argument("--out", default=str(results_file.path("packed-vocab")), help="the results file")
     ns = parser.parse_args()
     if ns.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -88,30 +118,23 @@ def main() -> int:
     savable_gb = tables * (2 - (0.5 + 4 / PACK_BLOCK)) / GIB
     shape = f"{DIMS['vocab_size']:,} x {DIMS['hidden_size']}"
     print(f"\nmodel: two untied {shape} tables, {savable_gb:.3f} GB that packing them in 4 bits can save")
-    for key, label in (("training_gb", "run's peak GB"), ("step_gb", "training step GB"), ("eval_gb", "evaluation GB"),
-                       ("loading_peak_gb", "loading peak GB"), ("step_s", "step time s")):  # fmt: skip
-        values = {arm: [r[arm][key] for r in rounds] for arm in ARMS}
-        ratios = [r["4-bit packed"][key] / r["4-bit"][key] for r in rounds]
-        print(f"{label:18} 4-bit {spread(values['4-bit'])}  packed {spread(values['4-bit packed'])}  "
-              f"packed/4-bit {spread(ratios)}")  # fmt: skip
-    errors = []  # the steps' and evaluations' (the loading peak is shown, not held to the targets)
+    rows = [{"figure": label, **{arm: results_file.spread([r[arm][key] for r in rounds]) for arm in ARMS},
+             "ratio": results_file.spread([r["4-bit packed"][key] / r["4-bit"][key] for r in rounds])}
+            for key, label in FIGURES.items()]  # fmt: skip
+    plan_errors = {arm: {} for arm in ARMS}  # the loading peak is shown, not held to the targets
     for arm in ARMS:
-        for moment in ("step", "eval", "loading"):
-            measured_key = "loading_peak_gb" if moment == "loading" else f"{moment}_gb"
-            measured = statistics.median(r[arm][measured_key] for r in rounds)
-            plan = rounds[0][arm][f"{moment}_plan_gb"]
-            error = (plan - measured) / measured
-            errors += [abs(error)] if moment != "loading" else []
-            print(f"{arm:13} {moment:8} plan {plan:.3f} GB / measured {measured:.3f}: {error:+.1%}")
-    saved = [r["4-bit"]["training_gb"] - r["4-bit packed"]["training_gb"] for r in rounds]
-    share = statistics.median(saved) / savable_gb
-    print(f"saved by packing: {spread(saved)} GB = {share:.0%} of what it can save (target >= {SHARE_TARGET:.0%}); "
-          f"plan against measured, steps and evaluations: median {statistics.median(errors):.1%}, max "
-          f"{max(errors):.1%} (targets {MEMORY_TARGETS[0]:.0%}, {MEMORY_TARGETS[1]:.0%})")  # fmt: skip
-    if ns.out:
-        Path(ns.out).write_text(json.dumps({"rounds": rounds, "savable_gb": savable_gb}, indent=2))
-    met = statistics.median(errors) <= MEMORY_TARGETS[0] and max(errors) <= MEMORY_TARGETS[1]
-    return 0 if share >= SHARE_TARGET and met else 1
+        for moment in MOMENTS:
+            measured = statistics.median(r[arm]["loading_peak_gb" if moment == "loading" else f"{moment}_gb"]
+                                         for r in rounds)  # fmt: skip
+            plan_errors[arm][moment] = (rounds[0][arm][f"{moment}_plan_gb"] - measured) / measured
+    saved = statistics.median(r["4-bit"]["training_gb"] - r["4-bit packed"]["training_gb"] for r in rounds)
+    results = {"rows": rows, "plan_errors": plan_errors, "saved_gb": saved, "savable_gb": savable_gb}
+    print(results_file.render(COLUMNS, rows))
+    print(summary(results))
+    results_file.save(rows, Path(ns.out), plan_errors=plan_errors, saved_gb=saved, savable_gb=savable_gb, rounds=rounds)
+    held = [abs(plan_errors[arm][moment]) for arm in ARMS for moment in ("step", "eval")]
+    met = statistics.median(held) <= MEMORY_TARGETS[0] and max(held) <= MEMORY_TARGETS[1]
+    return 0 if saved / savable_gb >= SHARE_TARGET and met else 1
 
 
 if __name__ == "__main__":

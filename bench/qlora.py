@@ -31,6 +31,8 @@ bf16 as stored (LLaMA-Factory loads them so). `--no-checkpointing` turns gradien
 
     python bench/qlora.py [--repeats 3] [--fixed-mmap-threshold] [--fp32] [--no-checkpointing] [--batch 2]
                           [--shape 268m|85m] [--out FILE.json]
+
+A run without the options writes bench/results/qlora-SHAPE.json; docs/quantized.md renders it.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import results_file  # noqa: E402
 from gguf_export import peak_of  # noqa: E402
+from results_file import Column  # noqa: E402
 
 from mpskit.errors import MpskitError  # noqa: E402
 from mpskit.plan.duration import steady_step_s  # noqa: E402
@@ -142,6 +146,55 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
+ARM_FIGURES = {"training_gb": "training memory, GB above the imports, loading included",
+               "loading_peak_gb": "loading peak, GB", "step_s": "step time, s",
+               "export_peak_x": "export peak / merged model (16-bit: LLaMA-Factory's export; 4-bit: shard by shard)"}
+ARM_COLUMNS = [Column("", "figure"), Column("16-bit", "16-bit", ".3f"), Column("4-bit", "4-bit", ".3f"),
+               Column("4-bit / 16-bit", "ratio")]  # fmt: skip
+
+
+def arms_table(shape: str = "268m", at: Path | None = None) -> str:
+    """docs/quantized.md's table of the 16-bit and 4-bit arms: medians and [range] over the rounds, and what
+    4 bits saved of what 4-bit weights can save."""
+    results = results_file.load(f"qlora-{shape}", at)
+    rounds = results["rounds"]
+    rows = [{"figure": label, **{arm: results_file.spread([r[arm][key] for r in rounds]) for arm in ARMS},
+             "ratio": results_file.spread([r["4-bit"][key] / r["16-bit"][key] for r in rounds])}
+            for key, label in ARM_FIGURES.items()]  # fmt: skip
+    savable = results["linear"] * (2 - QUANTIZED_BYTES[4]) / GIB
+    saved = statistics.median(r["16-bit"]["training_gb"] - r["4-bit"]["training_gb"] for r in rounds)
+    loading = statistics.median(r["4-bit"]["loading_peak_gb"] for r in rounds) / results["base_gb"]
+    return "\n".join([results_file.render(ARM_COLUMNS, rows), "",
+                      f"4 bits saved {saved:.3f} GB of the {savable:.3f} GB that 4-bit weights can save: "
+                      f"{saved / savable:.0%} (target {SHARE_TARGET:.0%}). The 4-bit loading peak is {loading:.2f}x "
+                      f"the base's {results['base_gb']:.3f} GB on disk.", "",
+                      results_file.source_line(results)])  # fmt: skip
+
+
+PLAN_COLUMNS = [Column("run", "run"), Column("16-bit plan error", "16-bit", "+.1%"),
+                Column("16-bit measured GB", "16-bit_gb", ".3f"), Column("4-bit plan error", "4-bit", "+.1%"),
+                Column("4-bit measured GB", "4-bit_gb", ".3f")]  # fmt: skip
+
+
+def plan_row(results: dict, run: str) -> dict:
+    """The plan's error on training memory per arm, medians and [range] over the rounds."""
+    rounds = results["rounds"]
+    row = {"run": run}
+    for arm in ARMS:
+        row[arm] = results_file.spread([r[arm]["training_plan_error"] for r in rounds])
+        row[f"{arm}_gb"] = statistics.median(r[arm]["training_gb"] for r in rounds)
+    return row
+
+
+def plan_table(at: Path | None = None) -> str:
+    """docs/quantized.md's table of the plan on this bench's model: the default run (qlora-268m.json), then the
+    runs with options (qlora-options.json, each with its command)."""
+    options = results_file.load("qlora-options", at)
+    rows = [plan_row(results_file.load("qlora-268m"), "`python bench/qlora.py --repeats 3`, bf16 (autocast)"),
+            *options["rows"]]  # fmt: skip
+    return "\n".join([results_file.render(PLAN_COLUMNS, rows), "", results_file.source_line(options)])
+
+
 def whole_run_table() -> str:
     """docs/quantized.md's table (through scripts/docs_tables.py) from the results of each shape:
     medians over the rounds, GB above the imports, and the plan's error against GNU time's figure."""
@@ -166,7 +219,8 @@ def main() -> int:
     parser.add_argument("--no-checkpointing", action="store_true", help="gradient checkpointing off")
     parser.add_argument("--batch", type=int, default=2, help="per_device_train_batch_size (default 2)")
     parser.add_argument("--shape", choices=list(SHAPES), default="268m", help="the model's shape (default 268m)")
-    parser.add_argument("--out", help="also write the figures as JSON here")
+    parser.add_argument("--out", help="the results file (default: bench/results/qlora-SHAPE.json without the "
+                        "options that change the run)")
     ns = parser.parse_args()
     if ns.repeats < 1:
         raise SystemExit("mpskit: error: --repeats must be at least 1; give --repeats 3")
@@ -209,8 +263,10 @@ def main() -> int:
           f"predicted {rounds[0]['4-bit']['loading_estimate_gb']:.3f} GB: error {spread(loading_error)}")  # fmt: skip
     export = statistics.median(r["4-bit"]["export_peak_x"] for r in rounds)
     print(f"shard-by-shard export peak {export:.2f}x the merged model (target <= {EXPORT_TARGET}x)")
-    if ns.out:
-        Path(ns.out).write_text(json.dumps({"rounds": rounds, "linear": linear, "base_gb": base_gb}, indent=2))
+    options = ns.fixed_mmap_threshold or ns.fp32 or ns.no_checkpointing or ns.batch != 2
+    out = ns.out or (None if options else results_file.path(f"qlora-{ns.shape}"))
+    if out:
+        results_file.save([], Path(out), rounds=rounds, linear=linear, base_gb=base_gb)
     return 0 if share >= SHARE_TARGET and statistics.median(loading) < 1 and export <= EXPORT_TARGET and within else 1
 
 

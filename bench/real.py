@@ -37,8 +37,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from mpskit.machine.hardware import detect  # noqa: E402
+import results_file  # noqa: E402
+from results_file import Column  # noqa: E402
+
 from mpskit.plan.advice import plan_duration, plan_run  # noqa: E402
 from mpskit.plan.duration import Throughput, steady_step_s  # noqa: E402
 from mpskit.plan.memory import GB  # noqa: E402
@@ -231,6 +234,9 @@ def run_quality(repeats: int, work: Path) -> dict:
             steps_s[arm].append(steady_step_s(run.record.memory.measured.step_seconds))
             said = f"held-out loss {curves[arm][-1]}, step {steps_s[arm][-1]:.2f} s"
             print(f"round {repeat + 1} {arm}: {said}", flush=True)
+    rows = [{"base": QUALITY_LABELS[arm], "before": results_file.spread([run[0][1] for run in runs]),
+             "last_but_one": results_file.spread([run[-2][1] for run in runs]),
+             "end": results_file.spread([run[-1][1] for run in runs])} for arm, runs in curves.items()]  # fmt: skip
     summary = {}
     for arm, runs in curves.items():
         steps = [step for step, _ in runs[0]]
@@ -239,7 +245,7 @@ def run_quality(repeats: int, work: Path) -> dict:
         ends = [run[-1][1] for run in runs]
         print(f"{arm}: held-out loss (median of {repeats} seeds) {line}; at the end {spread(ends)}; "
               f"step {spread(steps_s[arm], 2)} s")  # fmt: skip
-    return {"held_out_loss": summary, "step_s": steps_s}
+    return {"held_out_loss": summary, "step_s": steps_s, "rows": rows}
 
 
 def run_foodpo(seeds: int, work: Path) -> dict:
@@ -257,7 +263,9 @@ def run_foodpo(seeds: int, work: Path) -> dict:
     for stage, runs in figures.items():
         print(f"{stage}: held-out accuracy {spread([r['accuracy'] for r in runs])}, "
               f"log-ratio gap {spread([r['gap'] for r in runs], 2)} over {seeds} seeds")  # fmt: skip
-    return figures
+    rows = [{"stage": FOODPO_LABELS[stage], **{key: results_file.spread([r[key] for r in runs]) for key in runs[0]}}
+            for stage, runs in figures.items()]  # fmt: skip
+    return {**figures, "rows": rows}
 
 
 def peak_rss_gb(command: list[str], env: dict[str, str]) -> float:
@@ -294,23 +302,36 @@ def run_engine(repeats: int, work: Path) -> dict:
     for arm, runs in arms.items():
         print(f"{arm}: training {spread([r['step_s'] for r in runs])} s a step, process peak RSS "
               f"{spread([r['peak_gb'] for r in runs])} GB")  # fmt: skip
-    return arms
+    rows = [{"command": ENGINE_LABELS[arm], **{key: results_file.spread([r[key] for r in runs]) for key in runs[0]}}
+            for arm, runs in arms.items()]  # fmt: skip
+    return {**arms, "rows": rows}
 
 
 SECTIONS = {"memory": run_memory, "quality": run_quality, "foodpo": run_foodpo, "engine": run_engine}
+QUALITY_LABELS = {"16-bit": "16-bit (bf16)", "4-bit": "4-bit (NF4)", "4-bit packed": "4-bit, tables packed"}
+FOODPO_LABELS = {"dpo": "DPO (beta 0.1)", "foodpo": "fooDPO (beta 0.1 x 0.05 x log PPL)"}
+ENGINE_LABELS = {"mpskit": "mpskit train", "llamafactory-cli": "llamafactory-cli train"}
+# The columns of the other sections' tables in docs/real-model.md; each file is bench/results/real-SECTION.json.
+SECTION_COLUMNS = {
+    "quality": [Column("base", "base"), Column("before training", "before", ".3f"),
+                Column("the evaluation before the last", "last_but_one", ".3f"), Column("end", "end", ".3f")],
+    "foodpo": [Column("stage", "stage"), Column("held-out reward accuracy", "accuracy", ".3f"),
+               Column("held-out log-ratio gap", "gap", ".2f")],
+    "engine": [Column("", "command"), Column("s a step", "step_s", ".3f"),
+               Column("process peak RSS GB", "peak_gb", ".3f")],
+}  # fmt: skip
+
+
+def section_table(name: str, at: Path | None = None) -> str:
+    """docs/real-model.md's table of one section's results: medians and [range] over the seeds or rounds."""
+    results = results_file.load(f"real-{name}", at)
+    return "\n".join([results_file.render(SECTION_COLUMNS[name], results["rows"]), "",
+                      results_file.source_line(results)])  # fmt: skip
 
 # The memory section's results the docs render (scripts/docs_tables.py): this CPU's, and one H200's.
 CPU_RESULTS = ROOT / "bench" / "results" / "real-memory-cpu.json"
 H200_RESULTS = ROOT / "bench" / "results" / "real-memory-h200.json"
 README_CASES = 4  # the demo's data: SFT and DPO in 16 and 4 bits
-
-
-def provenance(argv: list[str]) -> dict:
-    """Which command measured the results, on which machine."""
-    import platform
-
-    return {"command": " ".join(["python", "bench/real.py", *argv]),
-            "machine": f"{detect().chip}, {os.cpu_count()} cores, {platform.system()}"}  # fmt: skip
 
 
 def _results(path: Path) -> list[dict]:
@@ -412,7 +433,11 @@ def main() -> int:
             print(f"\n== {name}", flush=True)
             results[name] = SECTIONS[name](ns.repeats, Path(tmp))
     if ns.out:
-        Path(ns.out).write_text(json.dumps({**provenance(sys.argv[1:]), **results}, indent=2))
+        Path(ns.out).write_text(json.dumps({**results_file.provenance(), **results}, indent=2))
+    cpu_sections = [name for name in results if name in SECTION_COLUMNS and ns.hardware == "cpu"]
+    for name in cpu_sections:  # the docs' tables (scripts/docs_tables.py)
+        rows = results[name].pop("rows")
+        results_file.save(rows, results_file.path(f"real-{name}"), **{name: results[name]})
     return 0
 
 

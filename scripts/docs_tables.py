@@ -1,12 +1,12 @@
-"""The docs' generated tables, written into their pages between their markers: the key table of
-docs/usage.md (mpskit's own settings, from their fields: mpskit/settings/settings_help.py), the
-what-fits table of docs/memory-and-planner.md (bench/what_fits.py, from the planner) and the GGUF
-export's figures in docs/gguf.md and their line in README.md (bench/results/gguf.json, which
-bench/gguf_export.py writes), and what `mpskit train` adds to a run in docs/measurements.md
-(bench/results/overhead.json, bench/overhead.py's), the plan against the whole run's peak in
-docs/quantized.md (bench/results/qlora-*.json, bench/qlora.py's), and the real model's plan against
-its measured memory in docs/real-model.md and README.md (bench/results/real-memory-*.json,
-bench/real.py's). tests/test_docs_tables.py holds each page to its table.
+"""The docs' generated tables, written into their pages between their markers. Each comes from a
+source that is not typed by hand:
+
+- the key table of docs/usage.md: mpskit's own settings, from their fields (settings_help.py);
+- the what-fits table of docs/memory-and-planner.md: the planner (bench/what_fits.py);
+- every measured table: a bench's results under bench/results/, which the bench writes and its own
+  module renders (results_file.py holds the rows' format).
+
+tests/test_docs_tables.py holds each page to its table.
 
     python scripts/docs_tables.py      rewrite them all
 """
@@ -19,8 +19,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+import cpu_allocator  # noqa: E402
+import demo_duration  # noqa: E402
+import duration  # noqa: E402
 import gguf_export  # noqa: E402
+import lean_attention  # noqa: E402
+import lean_logits  # noqa: E402
 import overhead  # noqa: E402
+import packed_vocab  # noqa: E402
 import qlora  # noqa: E402
 import real  # noqa: E402
 import what_fits  # noqa: E402
@@ -36,7 +42,19 @@ TABLES = {"key-table": (ROOT / "docs" / "usage.md", key_table),
           "qlora-whole-run": (ROOT / "docs" / "quantized.md", qlora.whole_run_table),
           "real-memory-cpu": (ROOT / "docs" / "real-model.md", real.cpu_table),
           "real-memory-h200": (ROOT / "docs" / "real-model.md", real.h200_table),
-          "real-memory-line": (ROOT / "README.md", real.readme_table)}  # fmt: skip
+          "real-memory-line": (ROOT / "README.md", real.readme_table),
+          "lean-logits-cpu": (ROOT / "docs" / "measurements.md", lambda: lean_logits.table("cpu")),
+          "lean-logits-cuda": (ROOT / "docs" / "measurements.md", lambda: lean_logits.table("cuda")),
+          "cpu-allocator": (ROOT / "docs" / "measurements.md", cpu_allocator.table),
+          "duration": (ROOT / "docs" / "measurements.md", duration.table),
+          "demo-duration": (ROOT / "docs" / "measurements.md", demo_duration.table),
+          "lean-attention": (ROOT / "docs" / "lean-paths.md", lean_attention.table),
+          "lean-attention-kernel": (ROOT / "docs" / "lean-paths.md", lean_attention.kernel_table),
+          "packed-vocab": (ROOT / "docs" / "quantized.md", packed_vocab.table),
+          "qlora-arms": (ROOT / "docs" / "quantized.md", qlora.arms_table),
+          "qlora-plan": (ROOT / "docs" / "quantized.md", qlora.plan_table),
+          **{f"real-{name}": (ROOT / "docs" / "real-model.md", lambda name=name: real.section_table(name))
+             for name in real.SECTION_COLUMNS}}  # fmt: skip
 
 
 def markers(name: str) -> tuple[str, str]:

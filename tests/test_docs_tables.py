@@ -30,3 +30,33 @@ def test_a_changed_result_changes_the_rendered_table(tmp_path):
     moved = tmp_path / "results.json"
     moved.write_text(json.dumps(results), encoding="utf-8")
     assert real.cpu_table(moved) != docs_tables.block("real-memory-cpu")
+
+
+# Tables each read from one rows file under bench/results/: block -> (results file, render it from a path)
+bench = docs_tables
+ROWS_FILES = {
+    "lean-logits-cpu": ("lean-logits-cpu", lambda at: bench.lean_logits.table("cpu", at)),
+    "cpu-allocator": ("cpu-allocator", bench.cpu_allocator.table),
+    "duration": ("duration", bench.duration.table),
+    "demo-duration": ("demo-duration", bench.demo_duration.table),
+    "lean-attention": ("lean-attention", bench.lean_attention.table),
+    "packed-vocab": ("packed-vocab", bench.packed_vocab.table),
+    "real-foodpo": ("real-foodpo", lambda at: bench.real.section_table("foodpo", at)),
+}
+
+
+@pytest.mark.parametrize("name", list(ROWS_FILES))
+def test_a_moved_figure_in_a_rows_file_moves_its_table(name, tmp_path):
+    """The first number of the first row, moved in a copy of the results file, changes the rendered block."""
+    import json
+
+    import results_file
+
+    results_name, render = ROWS_FILES[name]
+    results = results_file.load(results_name)
+    row = results["rows"][0]
+    key = next(k for k, v in row.items() if isinstance(v, (int, float, dict)) and not isinstance(v, bool))
+    row[key] = {**row[key], "median": row[key]["median"] + 1} if isinstance(row[key], dict) else row[key] + 1
+    moved = tmp_path / f"{results_name}.json"
+    moved.write_text(json.dumps(results), encoding="utf-8")
+    assert render(moved) != docs_tables.block(name)
