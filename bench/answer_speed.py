@@ -4,7 +4,9 @@
 Each command runs in a fresh process, the commands interleaved round by round (A B C D, A B C D, ...),
 so a busy spell on the machine lands on all of them; the table shows medians and the spread.
 
-    python bench/answer_speed.py [--repeats 5]
+    python bench/answer_speed.py [--repeats 5] [--out FILE.json]
+
+It writes bench/results/answer-speed.json; docs/measurements.md renders it.
 
 Targets: the typo answered in under 1 s, and `config` within 1.5x of `plan`.
 """
@@ -12,7 +14,6 @@ Targets: the typo answered in under 1 s, and `config` within 1.5x of `plan`.
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import results_file  # noqa: E402
+from results_file import Column  # noqa: E402
 
 from mpskit.tools.tiny import build_tiny_model  # noqa: E402
 from mpskit.trials.measure import OFFLINE, fresh_process_env  # noqa: E402
@@ -38,9 +43,30 @@ def commands(model: Path) -> dict[str, tuple[list[str], int]]:
     }
 
 
+COLUMNS = [Column("command", "command"), Column("seconds", "seconds")]
+TYPO = "train, a typo"
+
+
+def verdict(rows: list[dict]) -> tuple[float, float]:
+    """The typo's answer time and config's time over plan's, from the medians."""
+    median = {row["command"]: row["seconds"]["median"] for row in rows}
+    return median[f"`{TYPO}`"], median["`config`"] / median["`plan`"]
+
+
+def table(at: Path | None = None) -> str:
+    """docs/measurements.md's table."""
+    results = results_file.load("answer-speed", at)
+    typo, ratio = verdict(results["rows"])
+    return "\n".join([results_file.render(COLUMNS, results["rows"]), "",
+                      f"A typo answered in {typo:.2f} s (target 1 s). `config` takes {ratio:.2f}x `plan` "
+                      "(target 1.5x).",
+                      "", results_file.source_line(results)])  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5, help="rounds over every command (default 5)")
+    parser.add_argument("--out", default=str(results_file.path("answer-speed")), help="the results file")
     ns = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mpskit-answer-speed-") as tmp:
         work = Path(tmp)
@@ -54,15 +80,13 @@ def main() -> int:
                 seconds[name].append(time.perf_counter() - started)
                 if done.returncode != expected:
                     raise SystemExit(f"{name} ended {done.returncode}, not {expected}: {done.stderr.strip()[-300:]}")
-    median = {name: statistics.median(values) for name, values in seconds.items()}
-    print(f"{'command':15} {'median':>7} {'spread':>13}")
-    for name, values in seconds.items():
-        print(f"{name:15} {median[name]:>6.2f}s {min(values):>5.2f}..{max(values):.2f}s")
-    ratio = median["config"] / median["plan"]
-    print(f"{ns.repeats} rounds, interleaved: a typo answered in {median['train, a typo']:.2f} s (target 1 s); "
-          f"config {ratio:.2f}x plan (target 1.5x)")
-    return 0 if median["train, a typo"] < 1 and ratio <= 1.5 else 1
-
+    rows = [{"command": f"`{name}`", "seconds": results_file.spread(values)} for name, values in seconds.items()]
+    print(results_file.render(COLUMNS, rows))
+    typo, ratio = verdict(rows)
+    print(f"{ns.repeats} rounds, interleaved: a typo answered in {typo:.2f} s (target 1 s); config {ratio:.2f}x plan "
+          "(target 1.5x)")
+    results_file.save(rows, Path(ns.out))
+    return 0 if typo < 1 and ratio <= 1.5 else 1
 
 if __name__ == "__main__":
     raise SystemExit(main())

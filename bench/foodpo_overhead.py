@@ -1,22 +1,43 @@
 """Step time of fooDPO against LLaMA-Factory's DPO, in one process, on the same batches.
 
     python bench/foodpo_overhead.py [--model output/tiny-model] [--steps 30] [--batch 4] [--cutoff 256]
+                                    [--out FILE.json]
 
 Both trainers share one set of LoRA weights; steps alternate DPO / fooDPO so drift in machine speed
-hits both alike. Prints the median step times and their ratio (target: at most 1.03).
+hits both alike. Prints the median step times and their ratio (target: at most 1.03), and writes them
+to bench/results/foodpo-overhead.json; docs/measurements.md renders it.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+import results_file  # noqa: E402
+from results_file import Column  # noqa: E402
+
+COLUMNS = [Column("loss", "loss"), Column("median step ms", "ms", ".1f")]
+TARGET = 1.03
+
+
+def summary(results: dict) -> str:
+    dpo, foo = (row["ms"]["median"] for row in results["rows"])
+    return (f"fooDPO / DPO: {foo / dpo:.3f} (target {TARGET}) over {results['steps']} steps each, batch "
+            f"{results['batch']} pairs, cutoff {results['cutoff']}.")  # fmt: skip
+
+
+def table(at: Path | None = None) -> str:
+    """docs/measurements.md's lines."""
+    results = results_file.load("foodpo-overhead", at)
+    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", summary(results), "",
+                      results_file.source_line(results)])  # fmt: skip
 
 
 def main() -> int:
@@ -25,6 +46,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--cutoff", type=int, default=256)
+    parser.add_argument("--out", default=str(results_file.path("foodpo-overhead")), help="the results file")
     opts = parser.parse_args()
     if not (Path(opts.model) / "config.json").is_file():
         print(f"no model at {opts.model}; build one with `mpskit tiny-model {opts.model}`", file=sys.stderr)
@@ -54,14 +76,14 @@ def main() -> int:
             trainer.model.zero_grad()
             if i >= 2:  # the first steps warm caches up
                 times[name].append(time.perf_counter() - start)
-    dpo_ms, foo_ms = (statistics.median(times[n]) * 1000 for n in ("dpo", "foodpo"))
-    print(f"steps measured: {len(times['dpo'])} each (batch {opts.batch} pairs, cutoff {opts.cutoff})")
-    print(f"DPO    median step: {dpo_ms:.2f} ms")
-    print(f"fooDPO median step: {foo_ms:.2f} ms")
-    ratio = foo_ms / dpo_ms
-    print(f"ratio fooDPO / DPO: {ratio:.3f} (target <= 1.03: {'met' if ratio <= 1.03 else 'NOT met'})")
-    return 0
-
+    rows = [{"loss": label, "ms": results_file.spread([t * 1000 for t in times[name]])}
+            for name, label in (("dpo", "LLaMA-Factory's DPO"), ("foodpo", "fooDPO"))]  # fmt: skip
+    figures = {"steps": len(times["dpo"]), "batch": opts.batch, "cutoff": opts.cutoff}
+    print(results_file.render(COLUMNS, rows))
+    print(summary({"rows": rows, **figures}))
+    results_file.save(rows, Path(opts.out), **figures)
+    dpo, foo = (row["ms"]["median"] for row in rows)
+    return 0 if foo / dpo <= TARGET else 1
 
 if __name__ == "__main__":
     sys.exit(main())

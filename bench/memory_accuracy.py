@@ -10,6 +10,9 @@ maximum relative error.
     python bench/memory_accuracy.py [--quick | --lean | --unchecked | --quantized] [--steps N] [--repeats N]
                                     [--out FILE.json]
 
+Each run also sets its line in bench/results/memory-accuracy.json (one line per selection of cases,
+steps and hardware; docs/measurements.md and docs/quantized.md render them).
+
 On the CPU glibc's heap keeps growing for a few steps after the second: `--unchecked --steps 8`
 measures the planner's fast settings (checkpointing off, batch 2-4) the way a longer run meets them.
 
@@ -28,6 +31,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import results_file  # noqa: E402
+from results_file import Column  # noqa: E402
 
 from mpskit.trials.measure import Case, measure, write_long_data  # noqa: E402
 
@@ -147,6 +154,38 @@ def build_models(names: set[str], root: Path) -> dict[str, Path]:
     return {name: build_tiny_model(root / name, ROOT / "data", dims=MODELS[name]) for name in sorted(names)}
 
 
+SUMMARY = "memory-accuracy"
+COLUMNS = [Column("command", "command"), Column("cases", "cases"), Column("median error (size)", "median", ".1%"),
+           Column("largest error (size)", "max", ".1%"), Column("errors from", "low", "+.1%"),
+           Column("to", "high", "+.1%"), Column("held out, largest", "held_out_max", ".1%"),
+           Column("machine", "machine")]  # fmt: skip
+
+
+def summary_row(label: str, results: list[dict]) -> dict:
+    """One run's line: how many cases, their median and largest error, and the held-out cases' largest."""
+    errors = [row["error"] for row in results]
+    held_out = [abs(row["error"]) for row in results if row["held_out"]]
+    return {"run": label, "cases": len(errors), "median": statistics.median(map(abs, errors)),
+            "max": max(map(abs, errors)), "low": min(errors), "high": max(errors),
+            "held_out_max": max(held_out) if held_out else None, **results_file.provenance()}  # fmt: skip
+
+
+def save_summary(row: dict) -> None:
+    """Set this selection's line in the summary file, keeping the other selections' lines."""
+    target = results_file.path(SUMMARY)
+    saved = results_file.load(SUMMARY) if target.exists() else {"rows": []}
+    rows = [old for old in saved["rows"] if old["run"] != row["run"]] + [row]
+    results_file.save(rows, target, **{key: saved[key] for key in ("source",) if key in saved})
+
+
+def table(runs: tuple[str, ...] = (), at: Path | None = None) -> str:
+    """The summary's lines, each with its command and machine (RUNS: only those whose label starts so)."""
+    results = results_file.load(SUMMARY, at)
+    rows = [{**row, "command": f"`{row['command']}`"} for row in results["rows"]
+            if not runs or row["run"].startswith(runs)]  # fmt: skip
+    return "\n".join([results_file.render(COLUMNS, rows), *(["", results["source"]] if "source" in results else [])])
+
+
 def median_row(rows: list[dict]) -> dict:
     """The measurement of median peak among a case's repeats (the lower middle one of an even count)."""
     return sorted(rows, key=lambda row: row["measured_gb"])[(len(rows) - 1) // 2]
@@ -206,6 +245,8 @@ def main() -> int:
     print("targets: median <= 5%, maximum <= 12%")
     if ns.out:
         Path(ns.out).write_text(json.dumps(results, indent=2))
+    chosen = [name for name in ("quick", "lean", "unchecked", "quantized") if getattr(ns, name)] or ["all"]
+    save_summary(summary_row(f"{chosen[-1]}, {ns.steps} steps, {ns.hardware}", results))
     return 0 if statistics.median(errors) <= 0.05 and max(errors) <= 0.12 else 1
 
 

@@ -11,6 +11,9 @@ on the machine lands on all settings alike. Then it compares, by medians over th
 and the ratio planner / best within each round, whose median and spread are the verdict.
 
     python bench/planner.py [--budget-gb 3.0] [--model mid] [--steps 3] [--repeats 3] [--lean-logits on|off]
+                            [--out FILE.json]
+
+It writes bench/results/planner.json; docs/measurements.md renders it.
 
 Targets: the choice's measured peak within the budget; its tokens/s at least 90% of the best.
 """
@@ -28,13 +31,35 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import results_file  # noqa: E402
 from memory_accuracy import MODELS  # noqa: E402
+from results_file import Column  # noqa: E402
 
 from mpskit.machine.hardware import load_hardware  # noqa: E402
 from mpskit.plan.memory import dims_from_mapping  # noqa: E402
 from mpskit.plan.planner import plan  # noqa: E402
 from mpskit.tools.tiny import build_tiny_model  # noqa: E402
 from mpskit.trials.measure import Case, measure, write_long_data  # noqa: E402
+
+COLUMNS = [Column("setting", "setting"), Column("batch", "batch"), Column("checkpointing", "ckpt"),
+           Column("attention", "attention"), Column("tokens/s", "tokens_s", ".0f"),
+           Column("peak GB", "gb")]  # fmt: skip
+
+
+def setting_row(name: str, key: tuple, speed: dict, memory: dict) -> dict:
+    batch, checkpointing, attention = key
+    return {"setting": name, "batch": batch, "ckpt": "on" if checkpointing else "off", "attention": attention,
+            "tokens_s": speed[key], "gb": memory[key]}  # fmt: skip
+
+
+def table(at: Path | None = None) -> str:
+    """docs/measurements.md's table: the planner's choice, the seeds' setting and the fastest that fit."""
+    results = results_file.load("planner", at)
+    share, rows = results["share"], results["rows"]
+    return "\n".join([results_file.render(COLUMNS, rows), "",
+                      f"Planner / best of its round: median {share['median']:.0%} [{share['min']:.0%}-"
+                      f"{share['max']:.0%}]; {rows[0]['tokens_s'] / rows[1]['tokens_s']:.2f}x the seeds' setting; "
+                      f"budget {results['budget_gb']} GB.", "", results_file.source_line(results)])  # fmt: skip
 
 EFFECTIVE_BATCH, CUTOFF, RANK = 8, 256, 4
 
@@ -44,6 +69,7 @@ def main() -> int:
     parser.add_argument("--budget-gb", type=float, default=3.0)
     parser.add_argument("--model", default="mid", choices=[m for m in MODELS if m != "tiny"])
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per setting (the first is warm-up)")
+    parser.add_argument("--out", default=str(results_file.path("planner")), help="the results file")
     parser.add_argument("--repeats", type=int, default=3, help="rounds over the whole grid (default 3)")
     parser.add_argument("--lean-logits", choices=["on", "off"], default="on")
     ns = parser.parse_args()
@@ -104,6 +130,9 @@ def main() -> int:
         f"planner / seeds = {speed[chosen] / speed[seeds]:.2f}x"
     )
     print("targets: planner within the budget; at least 90% of the best")
+    rows = [setting_row(name, key, speed, memory) for name, key in
+            (("the planner's choice", chosen), ("the seeds' hand setting", seeds), ("the fastest that fit", best_key))]
+    results_file.save(rows, Path(ns.out), share=results_file.spread(per_round), budget_gb=ns.budget_gb)
     return 0 if memory[chosen] <= ns.budget_gb and share >= 0.9 else 1
 
 

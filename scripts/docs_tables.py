@@ -19,14 +19,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+import answer_speed  # noqa: E402
 import cpu_allocator  # noqa: E402
 import demo_duration  # noqa: E402
 import duration  # noqa: E402
+import foodpo_overhead  # noqa: E402
 import gguf_export  # noqa: E402
 import lean_attention  # noqa: E402
 import lean_logits  # noqa: E402
+import memory_accuracy  # noqa: E402
 import overhead  # noqa: E402
 import packed_vocab  # noqa: E402
+import planner  # noqa: E402
 import qlora  # noqa: E402
 import real  # noqa: E402
 import what_fits  # noqa: E402
@@ -53,6 +57,12 @@ TABLES = {"key-table": (ROOT / "docs" / "usage.md", key_table),
           "packed-vocab": (ROOT / "docs" / "quantized.md", packed_vocab.table),
           "qlora-arms": (ROOT / "docs" / "quantized.md", qlora.arms_table),
           "qlora-plan": (ROOT / "docs" / "quantized.md", qlora.plan_table),
+          "foodpo-overhead": (ROOT / "docs" / "measurements.md", foodpo_overhead.table),
+          "answer-speed": (ROOT / "docs" / "measurements.md", answer_speed.table),
+          "planner": (ROOT / "docs" / "measurements.md", planner.table),
+          "memory-accuracy": (ROOT / "docs" / "measurements.md", memory_accuracy.table),
+          "memory-accuracy-quantized": (ROOT / "docs" / "quantized.md",
+                                        lambda: memory_accuracy.table(("quantized",))),
           **{f"real-{name}": (ROOT / "docs" / "real-model.md", lambda name=name: real.section_table(name))
              for name in real.SECTION_COLUMNS}}  # fmt: skip
 
