@@ -57,10 +57,8 @@ def table(at: Path | None = None) -> str:
     """docs/measurements.md's table."""
     results = results_file.load("answer-speed", at)
     typo, ratio = verdict(results["rows"])
-    return "\n".join([results_file.render(COLUMNS, results["rows"]), "",
-                      f"A typo answered in {typo:.2f} s (target 1 s). `config` takes {ratio:.2f}x `plan` "
-                      "(target 1.5x).",
-                      "", results_file.source_line(results)])  # fmt: skip
+    return results_file.block(COLUMNS, results, f"A typo answered in {typo:.2f} s (target 1 s). `config` takes "
+                              f"{ratio:.2f}x `plan` (target 1.5x).")  # fmt: skip
 
 
 def main() -> int:

@@ -60,7 +60,7 @@ def case_row(case: Case, default: list[dict], pinned: list[dict]) -> dict:
 def table(at: Path | None = None) -> str:
     """docs/measurements.md's table."""
     results = results_file.load("cpu-allocator", at)
-    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", results_file.source_line(results)])
+    return results_file.block(COLUMNS, results)
 
 
 def main() -> int:

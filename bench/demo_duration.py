@@ -64,9 +64,9 @@ def worst_error(rows: list[dict]) -> float:
 def table(at: Path | None = None) -> str:
     """docs/measurements.md's table."""
     results = results_file.load("demo-duration", at)
-    return "\n".join([results_file.render(COLUMNS, results["rows"]), "",
-                      f"Worst error of the plan's duration: {worst_error(results['rows']):.0%} against the run and "
-                      f"the probe (target {TARGET:.0%}).", "", results_file.source_line(results)])  # fmt: skip
+    worst = worst_error(results["rows"])
+    return results_file.block(COLUMNS, results, f"Worst error of the plan's duration: {worst:.0%} against the run "
+                              f"and the probe (target {TARGET:.0%}).")  # fmt: skip
 
 
 def demo_words(case: Case, model: Path, hardware: str) -> list[str]:

@@ -36,8 +36,7 @@ def summary(results: dict) -> str:
 def table(at: Path | None = None) -> str:
     """docs/measurements.md's lines."""
     results = results_file.load("foodpo-overhead", at)
-    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", summary(results), "",
-                      results_file.source_line(results)])  # fmt: skip
+    return results_file.block(COLUMNS, results, summary(results))
 
 
 def main() -> int:

@@ -168,13 +168,13 @@ def case_result(model: str, stage: str, cutoff: int, checkpointing: bool, arms: 
 def table(at: Path | None = None) -> str:
     """docs/lean-paths.md's table of the training runs."""
     results = results_file.load("lean-attention", at)
-    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", results_file.source_line(results)])
+    return results_file.block(COLUMNS, results)
 
 
 def kernel_table(at: Path | None = None) -> str:
     """docs/lean-paths.md's table of the attention call alone."""
     results = results_file.load("lean-attention-kernel", at)
-    return "\n".join([results_file.render(KERNEL_COLUMNS, results["rows"]), "", results_file.source_line(results)])
+    return results_file.block(KERNEL_COLUMNS, results)
 
 
 KERNEL_LABELS = {"math": "SDPA math (MPS stand-in)", "fused": "fused SDPA (CPU)"}

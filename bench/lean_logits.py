@@ -144,7 +144,7 @@ COLUMNS = [Column("stage", "stage"), Column("cutoff", "cutoff"), Column("batch",
 def table(device: str, at: Path | None = None) -> str:
     """docs/measurements.md's table of one device's results."""
     results = results_file.load(f"lean-logits-{device}", at)
-    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", results_file.source_line(results)])
+    return results_file.block(COLUMNS, results)
 
 
 def main() -> int:

@@ -69,8 +69,7 @@ def summary(results: dict) -> str:
 def table(at: Path | None = None) -> str:
     """docs/quantized.md's table."""
     results = results_file.load("packed-vocab", at)
-    return "\n".join([results_file.render(COLUMNS, results["rows"]), "", summary(results), "",
-                      results_file.source_line(results)])  # fmt: skip
+    return results_file.block(COLUMNS, results, summary(results))
 
 
 def run_case(model: Path, data: Path, out: Path, extra: list[str]) -> dict:

@@ -56,10 +56,10 @@ def table(at: Path | None = None) -> str:
     """docs/measurements.md's table: the planner's choice, the seeds' setting and the fastest that fit."""
     results = results_file.load("planner", at)
     share, rows = results["share"], results["rows"]
-    return "\n".join([results_file.render(COLUMNS, rows), "",
-                      f"Planner / best of its round: median {share['median']:.0%} [{share['min']:.0%}-"
-                      f"{share['max']:.0%}]; {rows[0]['tokens_s'] / rows[1]['tokens_s']:.2f}x the seeds' setting; "
-                      f"budget {results['budget_gb']} GB.", "", results_file.source_line(results)])  # fmt: skip
+    over_seeds = rows[0]["tokens_s"] / rows[1]["tokens_s"]
+    return results_file.block(COLUMNS, results, f"Planner / best of its round: median {share['median']:.0%} "
+                              f"[{share['min']:.0%}-{share['max']:.0%}]; {over_seeds:.2f}x the seeds' setting; "
+                              f"budget {results['budget_gb']} GB.")  # fmt: skip
 
 EFFECTIVE_BATCH, CUTOFF, RANK = 8, 256, 4
 

@@ -164,11 +164,10 @@ def arms_table(shape: str = "268m", at: Path | None = None) -> str:
     savable = results["linear"] * (2 - QUANTIZED_BYTES[4]) / GIB
     saved = statistics.median(r["16-bit"]["training_gb"] - r["4-bit"]["training_gb"] for r in rounds)
     loading = statistics.median(r["4-bit"]["loading_peak_gb"] for r in rounds) / results["base_gb"]
-    return "\n".join([results_file.render(ARM_COLUMNS, rows), "",
-                      f"4 bits saved {saved:.3f} GB of the {savable:.3f} GB that 4-bit weights can save: "
-                      f"{saved / savable:.0%} (target {SHARE_TARGET:.0%}). The 4-bit loading peak is {loading:.2f}x "
-                      f"the base's {results['base_gb']:.3f} GB on disk.", "",
-                      results_file.source_line(results)])  # fmt: skip
+    return results_file.block(ARM_COLUMNS, results, f"4 bits saved {saved:.3f} GB of the {savable:.3f} GB that "
+                              f"4-bit weights can save: {saved / savable:.0%} (target {SHARE_TARGET:.0%}). The 4-bit "
+                              f"loading peak is {loading:.2f}x the base's {results['base_gb']:.3f} GB on disk.",
+                              rows=rows)  # fmt: skip
 
 
 PLAN_COLUMNS = [Column("run", "run"), Column("16-bit plan error", "16-bit", "+.1%"),
@@ -192,7 +191,7 @@ def plan_table(at: Path | None = None) -> str:
     options = results_file.load("qlora-options", at)
     rows = [plan_row(results_file.load("qlora-268m"), "`python bench/qlora.py --repeats 3`, bf16 (autocast)"),
             *options["rows"]]  # fmt: skip
-    return "\n".join([results_file.render(PLAN_COLUMNS, rows), "", results_file.source_line(options)])
+    return results_file.block(PLAN_COLUMNS, options, rows=rows)
 
 
 def whole_run_table() -> str:

@@ -325,8 +325,7 @@ SECTION_COLUMNS = {
 def section_table(name: str, at: Path | None = None) -> str:
     """docs/real-model.md's table of one section's results: medians and [range] over the seeds or rounds."""
     results = results_file.load(f"real-{name}", at)
-    return "\n".join([results_file.render(SECTION_COLUMNS[name], results["rows"]), "",
-                      results_file.source_line(results)])  # fmt: skip
+    return results_file.block(SECTION_COLUMNS[name], results)
 
 # The memory section's results the docs render (scripts/docs_tables.py): this CPU's, and one H200's.
 CPU_RESULTS = ROOT / "bench" / "results" / "real-memory-cpu.json"

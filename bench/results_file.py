@@ -76,6 +76,12 @@ def render(columns: list[Column], rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def block(columns: list[Column], results: dict, *said: str, rows: list[dict] | None = None) -> str:
+    """What a page shows of a results file: the table of its rows (or ROWS), the sentences SAID under it,
+    and where the figures come from."""
+    return "\n\n".join([render(columns, results["rows"] if rows is None else rows), *said, source_line(results)])
+
+
 def source_line(results: dict) -> str:
     """Where the figures come from, as the docs say under each table."""
     said = f"`{results['command']}`, {results['machine']}"
