@@ -37,7 +37,7 @@ from results_file import Column  # noqa: E402
 
 from mpskit.machine.hardware import load_hardware  # noqa: E402
 from mpskit.plan.memory import dims_from_mapping  # noqa: E402
-from mpskit.plan.planner import plan  # noqa: E402
+from mpskit.plan.planner import PlanRequest, plan  # noqa: E402
 from mpskit.tools.tiny import build_tiny_model  # noqa: E402
 from mpskit.trials.measure import Case, measure, write_long_data  # noqa: E402
 
@@ -79,8 +79,9 @@ def main() -> int:
     dims = dims_from_mapping(shape)
     args = {"per_device_train_batch_size": 1, "gradient_accumulation_steps": EFFECTIVE_BATCH}
     args.update(cutoff_len=CUTOFF, lora_rank=RANK, lean_logits=lean)
-    pinned = {"cutoff_len", "lora_rank", "bf16", "fp16", "lean_logits"}
-    choice = plan("sft", args, load_hardware("cpu"), "cpu", dims, pinned=pinned, budget_gb=ns.budget_gb).chosen
+    pinned = frozenset({"cutoff_len", "lora_rank", "bf16", "fp16", "lean_logits"})
+    request = PlanRequest("sft", args, load_hardware("cpu"), "cpu", dims, pinned=pinned, budget_gb=ns.budget_gb)
+    choice = plan(request).chosen
     if choice is None:
         raise SystemExit(f"the planner finds nothing within {ns.budget_gb} GB; give a larger --budget-gb")
     chosen = (choice.knobs.batch, choice.knobs.checkpointing, choice.knobs.attention)

@@ -19,7 +19,7 @@ from conftest import ROOT, run_mpskit
 
 from mpskit.machine.hardware import load_hardware
 from mpskit.plan.memory import ModelDims, estimate
-from mpskit.plan.planner import plan
+from mpskit.plan.planner import PlanRequest, plan
 from mpskit.settings.knobs import Knobs
 
 # one at a time: each torchrun takes a free port on loopback
@@ -32,22 +32,22 @@ ARGS = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "cut
 
 def test_qlora_only_when_16_bit_weights_cannot_fit():
     cuda = load_hardware("cuda-24gb")
-    assert plan("sft", ARGS, cuda, "cuda", QWEN25_3B, budget_gb=20).chosen.knobs.quantization_bit is None
-    tight = plan("sft", ARGS, cuda, "cuda", QWEN25_3B, budget_gb=6)
+    assert plan(PlanRequest("sft", ARGS, cuda, "cuda", QWEN25_3B, budget_gb=20)).chosen.knobs.quantization_bit is None
+    tight = plan(PlanRequest("sft", ARGS, cuda, "cuda", QWEN25_3B, budget_gb=6))
     assert tight.chosen.knobs.quantization_bit == 4
     assert any("QLoRA" in note for note in tight.changes)
-    mac = plan("sft", ARGS, load_hardware("m3-max-64gb"), "mps", QWEN25_3B, budget_gb=6)
+    mac = plan(PlanRequest("sft", ARGS, load_hardware("m3-max-64gb"), "mps", QWEN25_3B, budget_gb=6))
     assert mac.chosen.knobs.quantization_bit == 4  # bitsandbytes quantizes on MPS too
-    intel = plan("sft", ARGS, load_hardware("intel-mac"), "cpu", QWEN25_3B, budget_gb=6)
+    intel = plan(PlanRequest("sft", ARGS, load_hardware("intel-mac"), "cpu", QWEN25_3B, budget_gb=6))
     assert intel.chosen is None or intel.chosen.knobs.quantization_bit is None  # no bitsandbytes build there
 
 
 def test_zero_stage_per_rank_memory():
     node = load_hardware("cuda-8x80gb")
     full = {**ARGS, "finetuning_type": "full"}
-    roomy = plan("sft", full, node, "cuda", QWEN25_3B, world_size=8, budget_gb=79)
+    roomy = plan(PlanRequest("sft", full, node, "cuda", QWEN25_3B, world_size=8, budget_gb=79))
     assert roomy.chosen.knobs.zero_stage == 2  # the faster stage when both fit
-    tight = plan("sft", full, node, "cuda", QWEN25_3B, world_size=8, budget_gb=12)
+    tight = plan(PlanRequest("sft", full, node, "cuda", QWEN25_3B, world_size=8, budget_gb=12))
     assert tight.chosen.knobs.zero_stage == 3
     assert tight.chosen.estimate.parts["weights"] < roomy.chosen.estimate.parts["weights"] / 7
 

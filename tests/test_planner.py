@@ -14,7 +14,7 @@ from mpskit.machine.hardware import load_hardware
 from mpskit.plan.advice import plan_run
 from mpskit.plan.budget import SAFETY_MARGIN, budget_for
 from mpskit.plan.memory import FRAMEWORK_BYTES, GB, ModelDims, estimate
-from mpskit.plan.planner import plan
+from mpskit.plan.planner import PlanRequest, plan
 from mpskit.settings.resolve import resolve
 
 QWEN15_05B = ModelDims(hidden=1024, layers=24, heads=16, kv_heads=16, ffn=2816, vocab=151936, model_type="qwen2")
@@ -41,7 +41,7 @@ def test_cuda_and_cpu_budgets():
 @pytest.mark.parametrize("budget_gb", [1.5, 2.5, 4, 6, 9, 14])
 @pytest.mark.parametrize("stage", ["sft", "dpo"])
 def test_choice_fits_with_margin_and_keeps_the_effective_batch(stage, budget_gb):
-    result = plan(stage, STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=budget_gb)
+    result = plan(PlanRequest(stage, STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=budget_gb))
     if result.fits:
         assert result.chosen.estimate.training <= budget_gb * GB * (1 - SAFETY_MARGIN)
         assert result.chosen.knobs.batch * (8 // result.chosen.knobs.batch) == 8
@@ -52,15 +52,16 @@ def test_choice_fits_with_margin_and_keeps_the_effective_batch(stage, budget_gb)
 
 def test_quality_knobs_move_only_when_nothing_else_fits():
     whole = {**STAGE_ARGS, "lean_logits": False}  # whole logits: 3.4 GB is too little for cutoff 512
-    roomy = plan("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=14)
+    roomy = plan(PlanRequest("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=14))
     assert (roomy.chosen.knobs.cutoff_len, roomy.chosen.knobs.lora_rank) == (512, 8)
-    tight = plan("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.4)
+    tight = plan(PlanRequest("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.4))
     assert tight.fits and tight.chosen.knobs.cutoff_len < 512
     assert any("cutoff_len 512 ->" in note and "min_cutoff_len" in note for note in tight.changes)
-    floored = plan("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.4, cutoff_floor=512)
+    floored = plan(PlanRequest("sft", whole, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.4, cutoff_floor=512))
     assert all(o.knobs.cutoff_len == 512 for o in [floored.asked, *floored.alternatives])
     assert floored.chosen is None or floored.chosen.knobs.cutoff_len == 512
-    lean = plan("sft", STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.4)  # lean logits: auto
+    # lean logits: auto
+    lean = plan(PlanRequest("sft", STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=3.4))
     assert lean.chosen.knobs.lean_logits and lean.chosen.knobs.cutoff_len == 512
     assert not any("cutoff_len" in note for note in lean.changes)
 
@@ -68,7 +69,7 @@ def test_quality_knobs_move_only_when_nothing_else_fits():
 def test_more_memory_never_gives_a_slower_choice():
     speeds = []
     for budget_gb in (2, 3, 4, 6, 8, 12, 16, 32):
-        result = plan("dpo", STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=budget_gb)
+        result = plan(PlanRequest("dpo", STAGE_ARGS, load_hardware("cpu"), "cpu", QWEN15_05B, budget_gb=budget_gb))
         speeds.append((result.chosen.knobs.cutoff_len, result.chosen.speed) if result.fits else (0, 0))
     assert speeds == sorted(speeds)
 
@@ -78,8 +79,9 @@ def test_pinned_knobs_are_never_changed():
     for _ in range(20):
         budget_gb = rng.uniform(2, 20)
         args = {**STAGE_ARGS, "per_device_train_batch_size": 2, "disable_gradient_checkpointing": True}
-        pinned = {"per_device_train_batch_size", "disable_gradient_checkpointing"}
-        result = plan("sft", args, load_hardware("cpu"), "cpu", QWEN15_05B, pinned=pinned, budget_gb=budget_gb)
+        pinned = frozenset({"per_device_train_batch_size", "disable_gradient_checkpointing"})
+        asked = PlanRequest("sft", args, load_hardware("cpu"), "cpu", QWEN15_05B, pinned=pinned, budget_gb=budget_gb)
+        result = plan(asked)
         if result.fits:
             assert result.chosen.knobs.batch == 2 and not result.chosen.knobs.checkpointing
 
@@ -135,11 +137,12 @@ def test_the_machine_a_setting_needs_is_never_said_to_be_this_one():
     headroom = math.floor(setting) + 1.3 - setting  # what the setting needs then ends in .3: "about N GB"
     needed = setting + headroom
     just_below = replace(run.hardware, ram_gb=round(needed), headroom_gb=headroom)  # a machine of N GB
-    notes = what_would_fit(result, run.args, just_below, set())
+    on = lambda hw: replace(result, request=replace(result.request, hw=hw, pinned=frozenset()))  # noqa: E731
+    notes = what_would_fit(on(just_below))
     assert f"a machine with more RAM than this one's {just_below.ram_gb:g} GB (about {needed:.1f} GB)" in notes
     assert not any(note.startswith("a machine with about") for note in notes)
     roomy = replace(just_below, ram_gb=needed + 1)
-    assert not any(note.startswith("a machine") for note in what_would_fit(result, run.args, roomy, set()))
+    assert not any(note.startswith("a machine") for note in what_would_fit(on(roomy)))
 
 
 @pytest.mark.parametrize(
@@ -290,7 +293,8 @@ def test_the_dtype_rule_on_every_apple_profile(profile, model, cutoff):
         assert chosen.dtype == "bf16"
         return
     kept = {"cutoff_len": chosen.cutoff_len, "lora_rank": chosen.lora_rank, "quantization_bit": chosen.quantization_bit}
-    fp32 = plan(run.stage, {**run.args, **kept}, hw, run.device, ModelDims(**run.model_dims), {"bf16", *kept})
+    dims = ModelDims(**run.model_dims)
+    fp32 = plan(PlanRequest(run.stage, {**run.args, **kept}, hw, run.device, dims, frozenset({"bf16", *kept})))
     assert (chosen.dtype == "bf16") == (not fp32.fits), (chosen, fp32.chosen)
 
 

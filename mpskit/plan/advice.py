@@ -17,7 +17,7 @@ from mpskit.machine.hub import hub_cached_file, hub_config, looks_like_hub_id
 from mpskit.plan.budget import SAFETY_MARGIN
 from mpskit.plan.duration import RunDuration, run_duration
 from mpskit.plan.memory import GB, ModelDims, dims_from_mapping, parameters_text
-from mpskit.plan.planner import Plan, data_estimate, plan
+from mpskit.plan.planner import Plan, PlanRequest, data_estimate, plan
 from mpskit.presets import load_yaml, preset_names, resolve_preset_file
 from mpskit.settings.knobs import as_words, to_args
 from mpskit.settings.quantization import has_build
@@ -53,15 +53,16 @@ def model_dims(run_dims: dict, model_path: str, revision: str | None = None) -> 
         raise MpskitError(f"cannot read the model's dimensions: {err}", "add dims: to the model preset") from err
 
 
-def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> list[str]:
-    """For a plan where nothing fits: unpinning, a shorter cutoff_len, a machine of what size."""
-    stage, device, dims, smallest, lengths = result.stage, result.device, result.dims, result.smallest, result.lengths
+def what_would_fit(result: Plan) -> list[str]:
+    """For a plan where nothing fits: unpinning, a shorter cutoff_len, a machine of what size. Each asks
+    the planner again, the plan's request with one thing changed, within the budget it had."""
+    asked = replace(result.request, budget_gb=result.budget.training_bytes / GB)
+    stage, device, dims, hw, pinned = asked.stage, asked.device, asked.dims, asked.hw, asked.pinned
+    smallest, lengths = result.smallest, result.lengths
     limit = result.budget.training_bytes * (1 - SAFETY_MARGIN)
     notes = []
     if pinned:
-        kept = pinned & {"quantization_bit"}  # the base's bits: a note of their own below
-        unpinned = plan(stage, args, hw, device, dims, kept, budget_gb=result.budget.training_bytes / GB,
-                        lengths=lengths)  # fmt: skip
+        unpinned = plan(replace(asked, pinned=pinned & {"quantization_bit"}))  # the bits: a note of their own
         if unpinned.fits:
             before = to_args(unpinned.asked.knobs, unpinned.effective_batch)
             after = to_args(unpinned.chosen.knobs, unpinned.effective_batch)
@@ -70,8 +71,8 @@ def what_would_fit(result: Plan, args: dict, hw: Hardware, pinned: set[str]) -> 
             notes.append(f"unpin {', '.join(moved)}: {words}")
     four_bit_possible = smallest.knobs.finetuning == "lora" and smallest.knobs.quantization_bit != 4 and has_build(hw)
     if "quantization" not in result.free and four_bit_possible:
-        four_bit = plan(stage, {**args, "quantization_bit": 4}, hw, device, dims, pinned | {"quantization_bit"},
-                        budget_gb=result.budget.training_bytes / GB, lengths=lengths)  # fmt: skip
+        bits = {"quantization_bit": 4}
+        four_bit = plan(replace(asked, args={**asked.args, **bits}, pinned=pinned | set(bits)))
         if four_bit.fits:
             notes.append(f"quantization_bit=4 {as_words(four_bit.chosen.knobs, four_bit.effective_batch, ADVICE_KEYS)}")
     if "cutoff_len" in result.free:
@@ -125,11 +126,10 @@ def plan_run(run: ResolvedRun) -> Plan:
     model = str(run.args["model_name_or_path"])
     dims = model_dims(run.model_dims, model, run.args.get("model_revision"))
     lengths, why = data_lengths(run.args, run.stage, tokenizer_dir(model, run.args.get("model_revision")))
-    result = _plan_on(run, run.hardware, run.device, dims, lengths, why)
+    result = plan(request_for(run, run.hardware, run.device, dims, lengths, why))
     if result.fits:
         return result
-    args = _args_on(run, run.hardware, run.device)
-    hints = what_would_fit(result, args, run.hardware, _pinned(run)) + _fits_elsewhere(run, dims, lengths)
+    hints = what_would_fit(result) + _fits_elsewhere(run, dims, lengths)
     return replace(result, would_fit=tuple(hints))
 
 
@@ -142,32 +142,16 @@ def plan_duration(run: ResolvedRun, result: Plan) -> RunDuration | None:
                         result.throughput, result.lengths, result.device)  # fmt: skip
 
 
-def _args_on(run: ResolvedRun, hw: Hardware, device: str) -> dict:
-    return run.args if device == run.device else {**run.args, **device_args(hw, device)}
-
-
-def _pinned(run: ResolvedRun) -> set[str]:
-    """What the planner keeps: the user's and the profile's keys; under `oom_ladder: keep`, 16-bit weights."""
-    return run.pinned | ({"quantization_bit"} if run.settings.oom_ladder == "keep" else set())
-
-
-def _plan_on(
+def request_for(
     run: ResolvedRun, hw: Hardware, device: str, dims: ModelDims, lengths: DataLengths | None, lengths_note: str = ""
-) -> Plan:
-    return plan(
-        run.stage,
-        _args_on(run, hw, device),
-        hw,
-        device,
-        dims,
-        pinned=_pinned(run),
-        budget_gb=run.settings.memory_budget_gb,
-        cutoff_floor=run.settings.min_cutoff_len,
-        world_size=run.world_size,
-        processes_per_node=run.processes[0],
-        lengths=lengths,
-        lengths_note=lengths_note,
-    )
+) -> PlanRequest:
+    """What the planner is asked for RUN on HW's DEVICE with DIMS: the run's arguments (the device's where it is
+    another), the keys it keeps (under `oom_ladder: keep`, 16-bit weights too) and its own limits."""
+    args = run.args if device == run.device else {**run.args, **device_args(hw, device)}
+    pinned = run.pinned | ({"quantization_bit"} if run.settings.oom_ladder == "keep" else set())
+    settings = run.settings
+    return PlanRequest(run.stage, args, hw, device, dims, frozenset(pinned), settings.memory_budget_gb,
+                       settings.min_cutoff_len, run.world_size, run.processes[0], lengths, lengths_note)  # fmt: skip
 
 
 def _fits_elsewhere(run: ResolvedRun, dims: ModelDims, lengths: DataLengths | None) -> list[str]:
@@ -179,7 +163,7 @@ def _fits_elsewhere(run: ResolvedRun, dims: ModelDims, lengths: DataLengths | No
             other_dims = dims_from_mapping(other)
             if other_dims.params() >= dims.params():
                 continue
-            if _plan_on(run, run.hardware, run.device, other_dims, lengths).fits:
+            if plan(request_for(run, run.hardware, run.device, other_dims, lengths)).fits:
                 smaller.append((other_dims.params(), name))
     if smaller:
         params, name = max(smaller)
@@ -188,7 +172,8 @@ def _fits_elsewhere(run: ResolvedRun, dims: ModelDims, lengths: DataLengths | No
     machines = []
     for name in profile_names():
         hw = load_hardware(name)
-        if name != run.hardware.name and hw.device == run.device and _plan_on(run, hw, hw.device, dims, lengths).fits:
+        if name != run.hardware.name and hw.device == run.device and plan(request_for(run, hw, hw.device, dims,
+                                                                                      lengths)).fits:
             machines.append((hw.gpu_memory_gb if hw.device == "cuda" else hw.ram_gb, name))
     if machines:
         notes.append(f"this run on a larger machine: --hardware {min(machines)[1]}")

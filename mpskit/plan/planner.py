@@ -44,14 +44,32 @@ class Option:
 
 
 @dataclass(frozen=True)
+class PlanRequest:
+    """What the planner is asked, in one value: a stage's arguments on a machine's device for a model, the
+    knobs it must keep, and the limits of the search. advice.py builds it from a resolved run; a Plan keeps
+    it, so advice asks again with one thing changed (`dataclasses.replace`)."""
+
+    stage: str
+    args: dict
+    hw: Hardware
+    device: str
+    dims: ModelDims
+    pinned: frozenset[str] = frozenset()
+    budget_gb: float | None = None  # None: the budget the hardware gives
+    cutoff_floor: int | None = None  # None: DEFAULT_CUTOFF_FLOOR
+    world_size: int = 1
+    processes_per_node: int = 1
+    lengths: DataLengths | None = None  # the training rows' token lengths; None: every row at cutoff_len
+    lengths_note: str = ""  # why the lengths are unknown
+
+
+@dataclass(frozen=True)
 class Plan:
     """What the planner decided, whole: the readers (advice, plan_report, checks) never change it;
     advice.plan_run makes the one with its hints from it."""
 
-    stage: str
-    device: str
+    request: PlanRequest
     allocator: Allocator  # whose memory the estimates describe (Hardware.allocator's profile)
-    dims: ModelDims
     budget: Budget
     asked: Option
     chosen: Option | None
@@ -63,8 +81,26 @@ class Plan:
     free: frozenset[str] = frozenset()  # the knobs the search could move
     smallest: Option | None = None  # when nothing fits: the setting that needs the least
     throughput: Throughput | None = None  # the figures behind every option's speed
-    lengths: DataLengths | None = None  # the training rows' token lengths; None: every row at cutoff_len
-    lengths_note: str = ""  # why the lengths are unknown
+
+    @property
+    def stage(self) -> str:
+        return self.request.stage
+
+    @property
+    def device(self) -> str:
+        return self.request.device
+
+    @property
+    def dims(self) -> ModelDims:
+        return self.request.dims
+
+    @property
+    def lengths(self) -> DataLengths | None:
+        return self.request.lengths
+
+    @property
+    def lengths_note(self) -> str:
+        return self.request.lengths_note
 
     @property
     def fits(self) -> bool:
@@ -165,25 +201,14 @@ def preference(option: Option) -> tuple:
     )
 
 
-def plan(
-    stage: str,
-    args: dict,
-    hw: Hardware,
-    device: str,
-    dims: ModelDims,
-    pinned: set[str] = frozenset(),
-    budget_gb: float | None = None,
-    cutoff_floor: int | None = None,
-    world_size: int = 1,
-    processes_per_node: int = 1,
-    lengths: DataLengths | None = None,
-    lengths_note: str = "",
-) -> Plan:
+def plan(request: PlanRequest) -> Plan:
     """The fastest setting of the free knobs that fits, from the estimate alone: no file or package
     look-ups. Memory is planned at the longest batch the data's `lengths` can make, speed at their
-    average (both at cutoff_len where they are unknown; LENGTHS_NOTE says why). When nothing fits,
+    average (both at cutoff_len where they are unknown; `lengths_note` says why). When nothing fits,
     `over_budget` says by how much; advice.py says what would."""
-    asked = from_args(args, world_size)
+    stage, args, hw, device, dims, lengths = (request.stage, request.args, request.hw, request.device, request.dims,
+                                              request.lengths)  # fmt: skip
+    asked = from_args(args, request.world_size)
     effective = effective_batch(args)
     half_is_fast = device != "mps" or bf16_is_fast(hw)
     speed = throughput_for(hw.throughput, hw.device, device)
@@ -195,12 +220,11 @@ def plan(
 
     asked_option = option(asked)
     outside = asked_option.estimate.framework + asked_option.estimate.libraries  # RAM the run's figure leaves out
-    budget = budget_for(hw, device, outside, budget_gb, processes_per_node)
+    budget = budget_for(hw, device, outside, request.budget_gb, request.processes_per_node)
     limit = budget.training_bytes * (1 - SAFETY_MARGIN)
-    if asked.finetuning != "lora":
-        pinned = set(pinned) | {"lora_rank"}
-    free = free_knobs(set(pinned))
-    floor = cutoff_floor or DEFAULT_CUTOFF_FLOOR
+    pinned = set(request.pinned) | ({"lora_rank"} if asked.finetuning != "lora" else set())
+    free = free_knobs(pinned)
+    floor = request.cutoff_floor or DEFAULT_CUTOFF_FLOOR
     settings = candidates(asked, free, hw, device, dims, effective, floor)
     if "eval_batch" in free:
         settings = [eval_batch_that_fits(k, lambda setting: option(setting).estimate.training <= limit)
@@ -209,11 +233,10 @@ def plan(
     fitting = [o for o in options if o.estimate.training <= limit]
     fitting.sort(key=preference, reverse=True)
     chosen = fitting[0] if fitting else None
-    common = {"effective_batch": effective, "free": frozenset(free), "throughput": speed, "lengths": lengths,
-              "lengths_note": lengths_note}  # fmt: skip
+    common = {"effective_batch": effective, "free": frozenset(free), "throughput": speed}
     if fitting:
         share_cut = lengths.share_cut(chosen.knobs.cutoff_len) if lengths else None
-        return Plan(stage, device, allocator, dims, budget, asked_option, chosen, alternatives=_alternatives(fitting),
+        return Plan(request, allocator, budget, asked_option, chosen, alternatives=_alternatives(fitting),
                     changes=tuple(changes(asked, chosen.knobs, effective, floor, share_cut)), **common)  # fmt: skip
     smallest = min(options, key=lambda o: o.estimate.training)
     needs, over = smallest.estimate.training / GB, (smallest.estimate.training - limit) / GB
@@ -221,7 +244,7 @@ def plan(
         f"the smallest setting needs {needs:.2f} GB, {over:.2f} GB over the budget's {limit / GB:.2f} GB that "
         f"the planner fills ({1 - SAFETY_MARGIN:.0%}: it keeps {SAFETY_MARGIN:.0%} spare for what no estimate sees)"
     )
-    return Plan(stage, device, allocator, dims, budget, asked_option, None, smallest=smallest, over_budget=over_budget,
+    return Plan(request, allocator, budget, asked_option, None, smallest=smallest, over_budget=over_budget,
                 **common)  # fmt: skip
 
 
