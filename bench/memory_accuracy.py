@@ -183,7 +183,9 @@ def table(runs: tuple[str, ...] = (), at: Path | None = None) -> str:
     results = results_file.load(SUMMARY, at)
     rows = [{**row, "command": f"`{row['command']}`"} for row in results["rows"]
             if not runs or row["run"].startswith(runs)]  # fmt: skip
-    return "\n".join([results_file.render(COLUMNS, rows), *(["", results["source"]] if "source" in results else [])])
+    source = results.get("source", "")
+    said = source if not runs else source.split(". ")[0] + "."  # a selection: how the file came, not its story
+    return "\n".join([results_file.render(COLUMNS, rows), *(["", said] if source else [])])
 
 
 def median_row(rows: list[dict]) -> dict:
