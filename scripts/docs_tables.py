@@ -22,6 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import answer_speed  # noqa: E402
 import cpu_allocator  # noqa: E402
 import demo_duration  # noqa: E402
+import demo_time  # noqa: E402
 import duration  # noqa: E402
 import foodpo_overhead  # noqa: E402
 import gguf_export  # noqa: E402
@@ -60,6 +61,7 @@ TABLES = {"key-table": (ROOT / "docs" / "usage.md", key_table),
           "foodpo-overhead": (ROOT / "docs" / "measurements.md", foodpo_overhead.table),
           "answer-speed": (ROOT / "docs" / "measurements.md", answer_speed.table),
           "planner": (ROOT / "docs" / "measurements.md", planner.table),
+          "demo-time": (ROOT / "README.md", demo_time.summary),
           "memory-accuracy": (ROOT / "docs" / "measurements.md", memory_accuracy.table),
           "memory-accuracy-quantized": (ROOT / "docs" / "quantized.md",
                                         lambda: memory_accuracy.table(("quantized",))),
