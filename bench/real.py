@@ -328,7 +328,15 @@ def engine_said(rows: list[dict]) -> str:
             f"holds {plain['peak_gb'] - ours['peak_gb']:.2f} GB less.")  # fmt: skip
 
 
-SECTION_SAID = {"engine": engine_said}
+def quality_said(rows: list[dict]) -> str:
+    before = [row["before"]["median"] if isinstance(row["before"], dict) else row["before"] for row in rows]
+    ends = [row["end"]["median"] for row in rows]
+    return (f"Quantizing the base costs {before[1] - before[0]:.2f} nats on these answers before training, and "
+            f"packing its embeddings and output layer {before[2] - before[1]:.2f} more. After training the three "
+            f"end within {max(ends) - min(ends):.2f} of each other.")  # fmt: skip
+
+
+SECTION_SAID = {"engine": engine_said, "quality": quality_said}
 
 
 def section_table(name: str, at: Path | None = None) -> str:
