@@ -276,6 +276,28 @@ def start_two_ranks(cwd: Path, tiny_model: Path, name: str, *extra: str, env: di
     return subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+def shared_buffers_left(said: str) -> list[str]:
+    """DeepSpeed's CPU all-reduce buffers in /dev/shm of the run whose launch line SAID holds (its port)."""
+    port = re.search(r"--master_port (\d+)", said)[1]
+    return sorted(str(path) for path in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+
+
+def test_a_runs_shared_buffers_go_once_its_ranks_have_ended_and_a_later_runs_stay(tmp_path, monkeypatch):
+    """DeepSpeed never unlinks its ranks' 66 MB buffers in RAM; the launcher removes this run's after
+    torchrun ends, and leaves one made since (another run on the same port) alone."""
+    from mpskit.machine import launch
+
+    monkeypatch.setattr(launch, "SHARED_BUFFER", str(tmp_path / "buffer_{uid}_{addr}_{port}_{rank}"))
+    made = [tmp_path / f"buffer_{os.getuid()}_127.0.0.1_4242_{rank}" for rank in (0, 1, 2)]
+    other = tmp_path / f"buffer_{os.getuid()}_127.0.0.1_4343_0"
+    for path in [*made, other]:
+        path.write_bytes(b"x")
+    ended = time.time()
+    os.utime(made[2], (ended + 5, ended + 5))  # made after the run ended
+    launch.release_shared_buffers("127.0.0.1", "4242", 3, ended)
+    assert [path.exists() for path in made] == [False, False, True] and other.exists()
+
+
 def logged_steps(run: Path) -> list[int]:
     rows = [json.loads(line) for line in (run / "trainer_log.jsonl").read_text().splitlines()]
     return [row["current_steps"] for row in rows if "loss" in row]
@@ -317,6 +339,7 @@ def test_a_stop_signal_stops_both_ranks_at_one_step_and_resume_finishes_from_the
     assert [r["outcome"] for r in ranks] == [f"stopped by {name}"] * 2
     stopped_at = logged_steps(run)[-1]
     assert stopped_at < steps and (run / f"checkpoint-{stopped_at}" / "latest").is_file()  # DeepSpeed's states
+    assert shared_buffers_left(said) == []  # DeepSpeed's CPU all-reduce buffers, in RAM until a restart
 
     resume = [sys.executable, "-P", "-m", "mpskit.cli", "train", "--resume", str(run)]  # as `mpskit` starts
     resumed = subprocess.run(resume, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -326,6 +349,7 @@ def test_a_stop_signal_stops_both_ranks_at_one_step_and_resume_finishes_from_the
     assert all(r["outcome"] == "finished" and r["resumed_from"] == f"checkpoint-{stopped_at}" for r in ranks)
     assert all(r["engine"]["zero_stage"] == 3 and r["engine"]["world_size"] == 2 for r in ranks)
     assert logged_steps(run) == list(range(1, steps + 1))  # each step once, none trained twice
+    assert shared_buffers_left(resumed.stderr) == []
     if against_an_unbroken_run:
         child = start_two_ranks(tmp_path, tiny_model, "unbroken", f"max_steps={steps}")
         assert child.wait(timeout=600) == 0

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -22,6 +23,8 @@ from mpskit.machine.hardware import Hardware
 from mpskit.self_command import mpskit_command
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # those run/signals.py stops a training on
+# DeepSpeed's CPU all-reduce buffer of one rank (deepspeed/ops/csrc/cpu/comm/shm.cpp): uid, address, port, rank
+SHARED_BUFFER = "/dev/shm/deepspeed_allreduce_buffer_{uid}_{addr}_{port}_{rank}"
 
 
 def _env_count(name: str, default: int) -> int:
@@ -84,7 +87,12 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def torchrun_command(run_dir: Path, nproc: int, nnodes: int) -> list[str]:
+def meeting_point() -> tuple[str, str]:
+    """The address and port the ranks meet at: MASTER_ADDR and MASTER_PORT, else this machine and a free port."""
+    return os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ.get("MASTER_PORT") or str(_free_port())
+
+
+def torchrun_command(run_dir: Path, nproc: int, nnodes: int, addr: str, port: str) -> list[str]:
     """torchrun, starting `mpskit rank RUN_DIR` on every rank as self_command starts mpskit: with `-P`
     and this process's import path, so a user's `datasets.py` in the working folder shadows nothing."""
     return [
@@ -92,8 +100,8 @@ def torchrun_command(run_dir: Path, nproc: int, nnodes: int) -> list[str]:
         "--nnodes", str(nnodes),
         "--node_rank", os.environ.get("NODE_RANK") or "0",
         "--nproc_per_node", str(nproc),
-        "--master_addr", os.environ.get("MASTER_ADDR", "127.0.0.1"),
-        "--master_port", os.environ.get("MASTER_PORT") or str(_free_port()),
+        "--master_addr", addr,
+        "--master_port", port,
         "--no-python", *mpskit_command("rank", str(run_dir)),
     ]  # fmt: skip
 
@@ -114,7 +122,8 @@ def launch(run_dir: Path, nproc: int, nnodes: int, device: str) -> int:
     the ranks: torchrun would send them a second signal of its own (a stop at once, mid-checkpoint) and
     SIGKILL 30 s later, however long their checkpoint takes."""
     check_rendezvous(nnodes)
-    command = torchrun_command(run_dir, nproc, nnodes)
+    addr, port = meeting_point()
+    command = torchrun_command(run_dir, nproc, nnodes, addr, port)
     count = nproc * nnodes
     shown = [*command[3 : command.index("--no-python")], "mpskit", "rank", str(run_dir)]
     print(f"mpskit: {count} process{'es' if count > 1 else ''}: {' '.join(shown)}", file=sys.stderr)
@@ -126,6 +135,20 @@ def launch(run_dir: Path, nproc: int, nnodes: int, device: str) -> int:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+        if torchrun.poll() is not None and device == "cpu":
+            release_shared_buffers(addr, port, nproc, ended=time.time())
+
+
+def release_shared_buffers(addr: str, port: str, nproc: int, ended: float) -> None:
+    """DeepSpeed's CPU all-reduce gives each rank a 66 MB buffer in /dev/shm (RAM) and never unlinks it:
+    every run on CPU processes would keep its ranks' buffers until the machine restarts. (It runs where
+    LOCAL_SIZE counts every rank, as rank_environment sets it.) Once torchrun has ended, this run's go.
+    A buffer made after ENDED is another run's, on the same port since: it stays."""
+    for number in range(nproc):
+        buffer = Path(SHARED_BUFFER.format(uid=os.getuid(), addr=addr, port=port, rank=number))
+        with contextlib.suppress(FileNotFoundError):
+            if buffer.stat().st_mtime <= ended:
+                buffer.unlink()
 
 
 def _to_ranks_of(torchrun_pid: int):
