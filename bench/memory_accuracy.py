@@ -171,11 +171,14 @@ def summary_row(label: str, results: list[dict]) -> dict:
 
 
 def save_summary(row: dict) -> None:
-    """Set this selection's line in the summary file, keeping the other selections' lines."""
+    """Set this selection's line in the summary file, in its place, keeping the other selections' lines
+    (each names its own command and machine)."""
     target = results_file.path(SUMMARY)
-    saved = results_file.load(SUMMARY) if target.exists() else {"rows": []}
-    rows = [old for old in saved["rows"] if old["run"] != row["run"]] + [row]
-    results_file.save(rows, target, **{key: saved[key] for key in ("source",) if key in saved})
+    rows = results_file.load(SUMMARY)["rows"] if target.exists() else []
+    runs = [old["run"] for old in rows]
+    rows = [row if old["run"] == row["run"] else old for old in rows] if row["run"] in runs else [*rows, row]
+    results_file.save(rows, target, command="python bench/memory_accuracy.py [each line's options]",
+                      machine="each line's")  # fmt: skip
 
 
 def table(runs: tuple[str, ...] = (), at: Path | None = None) -> str:
@@ -183,9 +186,8 @@ def table(runs: tuple[str, ...] = (), at: Path | None = None) -> str:
     results = results_file.load(SUMMARY, at)
     rows = [{**row, "command": f"`{row['command']}`"} for row in results["rows"]
             if not runs or row["run"].startswith(runs)]  # fmt: skip
-    source = results.get("source", "")
-    said = source if not runs else source.split(". ")[0] + "."  # a selection: how the file came, not its story
-    return "\n".join([results_file.render(COLUMNS, rows), *(["", said] if source else [])])
+    notes = [f"- {row['command']} on {row['machine']}: {row['note']}." for row in rows if row.get("note")]
+    return "\n".join([results_file.render(COLUMNS, rows), *([""] + notes if notes else [])])
 
 
 def median_row(rows: list[dict]) -> dict:
