@@ -32,16 +32,16 @@ def test_a_changed_result_changes_the_rendered_table(tmp_path):
     assert real.cpu_table(moved) != docs_tables.block("real-memory-cpu")
 
 
-# Tables each read from one rows file under bench/results/: block -> (results file, render it from a path)
-bench = docs_tables
+# Tables each read from one rows file under bench/results/: block -> (results file, render it from a path);
+# the bench modules as docs_tables imported them
 ROWS_FILES = {
-    "lean-logits-cpu": ("lean-logits-cpu", lambda at: bench.lean_logits.table("cpu", at)),
-    "cpu-allocator": ("cpu-allocator", bench.cpu_allocator.table),
-    "duration": ("duration", bench.duration.table),
-    "demo-duration": ("demo-duration", bench.demo_duration.table),
-    "lean-attention": ("lean-attention", bench.lean_attention.table),
-    "packed-vocab": ("packed-vocab", bench.packed_vocab.table),
-    "real-foodpo": ("real-foodpo", lambda at: bench.real.section_table("foodpo", at)),
+    "lean-logits-cpu": ("lean-logits-cpu", lambda at: docs_tables.lean_logits.table("cpu", at)),
+    "cpu-allocator": ("cpu-allocator", docs_tables.cpu_allocator.table),
+    "duration": ("duration", docs_tables.duration.table),
+    "demo-duration": ("demo-duration", docs_tables.demo_duration.table),
+    "lean-attention": ("lean-attention", docs_tables.lean_attention.table),
+    "packed-vocab": ("packed-vocab", docs_tables.packed_vocab.table),
+    "real-foodpo": ("real-foodpo", lambda at: docs_tables.real.section_table("foodpo", at)),
 }
 
 
