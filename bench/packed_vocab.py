@@ -117,9 +117,7 @@ def main() -> int:
     savable_gb = tables * (2 - (0.5 + 4 / PACK_BLOCK)) / GIB
     shape = f"{DIMS['vocab_size']:,} x {DIMS['hidden_size']}"
     print(f"\nmodel: two untied {shape} tables, {savable_gb:.3f} GB that packing them in 4 bits can save")
-    rows = [{"figure": label, **{arm: results_file.spread([r[arm][key] for r in rounds]) for arm in ARMS},
-             "ratio": results_file.spread([r["4-bit packed"][key] / r["4-bit"][key] for r in rounds])}
-            for key, label in FIGURES.items()]  # fmt: skip
+    rows = results_file.arm_rows(rounds, FIGURES, "4-bit packed", "4-bit")
     plan_errors = {arm: {} for arm in ARMS}  # the loading peak is shown, not held to the targets
     for arm in ARMS:
         for moment in MOMENTS:

@@ -158,9 +158,7 @@ def arms_table(shape: str = "268m", at: Path | None = None) -> str:
     4 bits saved of what 4-bit weights can save."""
     results = results_file.load(f"qlora-{shape}", at)
     rounds = results["rounds"]
-    rows = [{"figure": label, **{arm: results_file.spread([r[arm][key] for r in rounds]) for arm in ARMS},
-             "ratio": results_file.spread([r["4-bit"][key] / r["16-bit"][key] for r in rounds])}
-            for key, label in ARM_FIGURES.items()]  # fmt: skip
+    rows = results_file.arm_rows(rounds, ARM_FIGURES, "4-bit", "16-bit")
     savable = results["linear"] * (2 - QUANTIZED_BYTES[4]) / GIB
     saved = statistics.median(r["16-bit"]["training_gb"] - r["4-bit"]["training_gb"] for r in rounds)
     loading = statistics.median(r["4-bit"]["loading_peak_gb"] for r in rounds) / results["base_gb"]

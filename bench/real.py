@@ -263,8 +263,7 @@ def run_foodpo(seeds: int, work: Path) -> dict:
     for stage, runs in figures.items():
         print(f"{stage}: held-out accuracy {spread([r['accuracy'] for r in runs])}, "
               f"log-ratio gap {spread([r['gap'] for r in runs], 2)} over {seeds} seeds")  # fmt: skip
-    rows = [{"stage": FOODPO_LABELS[stage], **{key: results_file.spread([r[key] for r in runs]) for key in runs[0]}}
-            for stage, runs in figures.items()]  # fmt: skip
+    rows = [{"stage": FOODPO_LABELS[stage], **results_file.spreads(runs)} for stage, runs in figures.items()]
     return {**figures, "rows": rows}
 
 
@@ -302,7 +301,7 @@ def run_engine(repeats: int, work: Path) -> dict:
     for arm, runs in arms.items():
         print(f"{arm}: training {spread([r['step_s'] for r in runs])} s a step, process peak RSS "
               f"{spread([r['peak_gb'] for r in runs])} GB")  # fmt: skip
-    rows = [{"command": ENGINE_LABELS[arm], **{key: results_file.spread([r[key] for r in runs]) for key in runs[0]}}
+    rows = [{"command": ENGINE_LABELS[arm], **results_file.spreads(runs)}
             for arm, runs in arms.items()]  # fmt: skip
     return {**arms, "rows": rows}
 

@@ -24,12 +24,25 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def provenance(argv: list[str] | None = None) -> dict[str, str]:
+def spreads(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """Each figure of the RUNS (dicts with the same keys) as its spread."""
+    return {key: spread([run[key] for run in runs]) for key in runs[0]}
+
+
+def arm_rows(rounds: list[dict], figures: dict[str, str], arm: str, against: str) -> list[dict]:
+    """One row per figure of FIGURES (key -> label) of rounds of arms: each arm's spread, and ARM's ratio to
+    AGAINST's, taken round by round."""
+    return [{"figure": label, **{name: spread([r[name][key] for r in rounds]) for name in rounds[0]},
+             "ratio": spread([r[arm][key] / r[against][key] for r in rounds])}
+            for key, label in figures.items()]  # fmt: skip
+
+
+def provenance() -> dict[str, str]:
     """Which command measured the results, on which machine."""
     from mpskit.machine.hardware import detect
 
     script = Path(sys.argv[0]).name
-    return {"command": " ".join(["python", f"bench/{script}", *(sys.argv[1:] if argv is None else argv)]),
+    return {"command": " ".join(["python", f"bench/{script}", *sys.argv[1:]]),
             "machine": f"{detect().chip}, {os.cpu_count()} cores, {platform.system()}"}  # fmt: skip
 
 
