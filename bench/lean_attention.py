@@ -180,7 +180,7 @@ def kernel_table(at: Path | None = None) -> str:
 KERNEL_LABELS = {"math": "SDPA math (MPS stand-in)", "fused": "fused SDPA (CPU)"}
 
 
-def kernel_bench(block_mib: list[int], repeats: int, out: Path, seq: int = 4096) -> None:
+def kernel_bench(block_mib: list[int], repeats: int, out: Path | None, seq: int = 4096) -> None:
     """Forward and backward of one attention call (Qwen2.5-0.5B's 14 query heads on 2 key/value heads,
     batch 2, float32, causal) on this CPU: SDPA's math path, the fused SDPA, and lean attention with
     each block budget; one untimed call each, then every arm once per round, in a rotated order."""
@@ -222,7 +222,8 @@ def kernel_bench(block_mib: list[int], repeats: int, out: Path, seq: int = 4096)
              "time_vs_math": results_file.spread([t / m for t, m in zip(seconds[name], seconds["math"], strict=True)])}
             for name in names]  # fmt: skip
     print(results_file.render(KERNEL_COLUMNS, rows))
-    results_file.save(rows, out)
+    if out:
+        results_file.save(rows, out)
 
 
 def main() -> int:
@@ -235,13 +236,13 @@ def main() -> int:
     parser.add_argument("--kernel", action="store_true", help="time the attention call alone (--block-mib sizes)")
     parser.add_argument("--checkpointing", choices=("on", "off"), help="only this checkpointing (default both)")
     parser.add_argument("--out", help="the results file (default: bench/results/lean-attention.json when every "
-                        "case ran with its three arms; lean-attention-kernel.json with --kernel)")
+                        "case ran with its three arms; lean-attention-kernel.json with --kernel and its own blocks)")
     ns = parser.parse_args()
     if ns.repeats < 1:
         parser.error("--repeats must be 1 or more")
     if ns.kernel:
-        kernel_bench(ns.block_mib or [2, 8, 32, 128], max(ns.repeats, 5),
-                     Path(ns.out or results_file.path("lean-attention-kernel")))
+        out = ns.out or (None if ns.block_mib else results_file.path("lean-attention-kernel"))
+        kernel_bench(ns.block_mib or [2, 8, 32, 128], max(ns.repeats, 5), Path(out) if out else None)
         return 0
     from mpskit.tools.tiny import build_tiny_model
 
