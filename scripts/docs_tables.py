@@ -3,6 +3,7 @@ source that is not typed by hand:
 
 - the key table of docs/usage.md: mpskit's own settings, from their fields (settings_help.py);
 - the what-fits table of docs/memory-and-planner.md: the planner (bench/what_fits.py);
+- the `mpskit plan` examples: the planner's output (plan_examples.py);
 - every measured table: a bench's results under bench/results/, which the bench writes and its own
   module renders (results_file.py holds the rows' format).
 
@@ -31,6 +32,7 @@ import lean_logits  # noqa: E402
 import memory_accuracy  # noqa: E402
 import overhead  # noqa: E402
 import packed_vocab  # noqa: E402
+import plan_examples  # noqa: E402
 import planner  # noqa: E402
 import qlora  # noqa: E402
 import real  # noqa: E402
@@ -66,7 +68,9 @@ TABLES = {"key-table": (ROOT / "docs" / "usage.md", key_table),
           "memory-accuracy-quantized": (ROOT / "docs" / "quantized.md",
                                         lambda: memory_accuracy.table(("quantized",))),
           **{f"real-{name}": (ROOT / "docs" / "real-model.md", lambda name=name: real.section_table(name))
-             for name in real.SECTION_COLUMNS}}  # fmt: skip
+             for name in real.SECTION_COLUMNS},
+          **{name: (page, lambda name=name: plan_examples.render(name))
+             for name, (page, _) in plan_examples.EXAMPLES.items()}}  # fmt: skip
 
 
 def markers(name: str) -> tuple[str, str]:
