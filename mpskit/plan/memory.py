@@ -32,9 +32,9 @@ CHECKPOINT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  
 FRAMEWORK_BYTES = int(0.9 * GB)
 # The libraries' code a run first uses after the imports (the backward's and the optimizer's kernels):
 # resident pages of their .so files, which RSS counts and the run's own figures leave out (monitor.py).
-# Measured at each run's peak (Measured.libraries_gb): on this project's development machine 0.024 GB
-# for the tiny model, 0.026-0.029 GB for 85M-weight 16-bit and 4-bit bases; on its CI's machine 0.046 GB
-# for the tiny model (which kernels a CPU runs, and so which code pages, depends on the CPU). Like the
+# Measured at each run's peak (Measured.libraries_gb): in the development venv 0.024 GB for the tiny
+# model, 0.026-0.029 GB for 85M-weight 16-bit and 4-bit bases; in CI's freshly installed clone 0.046 GB
+# for the tiny model (a fresh venv maps more of each library: docs/runs-and-recovery.md). Like the
 # imports, RAM, outside a GPU's budget.
 LIBRARY_PAGES_BYTES = int(0.05 * GB)
 # Vocabulary-sized float32 buffers alive at the step's peak. SFT (transformers' loss): in the backward
