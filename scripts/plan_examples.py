@@ -55,7 +55,9 @@ def whole(output: list[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Example:
+    """One `mpskit plan` command and the lines of its output a page shows."""
+
     words: tuple[str, ...]  # after `mpskit plan`
     pick: Pick
     shown: str = ""  # the shell's filter as the page shows it, where the pick stands for one
@@ -71,30 +73,30 @@ class Plan:
 
 
 M1_PRO = ("--hardware", "m1-pro-16gb")
-EXAMPLES: dict[str, tuple[Path, tuple[Plan, ...]]] = {
-    "plan-7b-foodpo": (ROOT / "README.md", (Plan(
+EXAMPLES: dict[str, tuple[Path, tuple[Example, ...]]] = {
+    "plan-7b-foodpo": (ROOT / "README.md", (Example(
         ("stage=foodpo", "model_preset=qwen2.5-7b", "cutoff_len=2048", *M1_PRO),
         lines("run", "budget", "verdict", "chosen", "estimate", "  weights", "  = ", "evaluation", "logits",
               "attention", "changed    evaluation", "changed    4-bit", "duration", "  time 4")),)),
-    "plan-0.5b-foodpo": (ROOT / "docs" / "memory-and-planner.md", (Plan(
+    "plan-0.5b-foodpo": (ROOT / "docs" / "memory-and-planner.md", (Example(
         ("stage=foodpo", "model_preset=qwen1.5-0.5b", *M1_PRO), whole),)),
-    "plan-4-bit-duration": (ROOT / "docs" / "memory-and-planner.md", (Plan(
+    "plan-4-bit-duration": (ROOT / "docs" / "memory-and-planner.md", (Example(
         ("stage=foodpo", "model_preset=qwen2.5-7b", "cutoff_len=2048", "min_cutoff_len=2048", *M1_PRO),
         following("duration", 1), "| grep -A1 duration"),)),
-    "plan-unmeasured-duration": (ROOT / "docs" / "memory-and-planner.md", (Plan(
+    "plan-unmeasured-duration": (ROOT / "docs" / "memory-and-planner.md", (Example(
         ("stage=sft", "model_preset=qwen2.5-0.5b", *M1_PRO), following("duration", 4), "| grep -A4 duration"),)),
-    "plan-4-bit": (ROOT / "docs" / "quantized.md", (Plan(
+    "plan-4-bit": (ROOT / "docs" / "quantized.md", (Example(
         ("stage=foodpo", "model_preset=qwen2.5-7b", "cutoff_len=2048", "min_cutoff_len=2048", *M1_PRO),
         lines("verdict", "chosen")),)),
-    "plan-4-bit-tables": (ROOT / "docs" / "quantized.md", (Plan(
+    "plan-4-bit-tables": (ROOT / "docs" / "quantized.md", (Example(
         ("stage=sft", "model_preset=qwen2.5-14b", "cutoff_len=1024", "min_cutoff_len=1024", *M1_PRO),
         lines("verdict", "chosen", "changed    the embeddings")),)),
-    "plan-lean-attention": (ROOT / "docs" / "lean-paths.md", tuple(Plan(
+    "plan-lean-attention": (ROOT / "docs" / "lean-paths.md", tuple(Example(
         ("stage=foodpo", "model_preset=qwen2.5-1.5b", "cutoff_len=4096", *lean, *M1_PRO),
         lines("verdict", "chosen", "attention")) for lean in ((), ("lean_attention=false",)))),
 }  # fmt: skip
 
 
 def render(name: str) -> str:
-    _, plans = EXAMPLES[name]
-    return "\n".join(["```", *(line for plan in plans for line in plan.render()), "```"])
+    _, examples = EXAMPLES[name]
+    return "\n".join(["```", *(line for example in examples for line in example.render()), "```"])
