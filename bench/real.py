@@ -345,8 +345,8 @@ def section_table(name: str, at: Path | None = None) -> str:
     return results_file.block(SECTION_COLUMNS[name], results, *said)
 
 # The memory section's results the docs render (scripts/docs_tables.py): this CPU's, and one H200's.
-CPU_RESULTS = ROOT / "bench" / "results" / "real-memory-cpu.json"
-H200_RESULTS = ROOT / "bench" / "results" / "real-memory-h200.json"
+CPU_RESULTS = results_file.path("real-memory-cpu")
+H200_RESULTS = results_file.path("real-memory-h200")
 README_CASES = 4  # the demo's data: SFT and DPO in 16 and 4 bits
 
 
