@@ -2,6 +2,7 @@
 fields, or a bench's results under bench/results/. A figure changes by running the bench and then
 `python scripts/docs_tables.py`, never by typing it."""
 
+import json
 import sys
 
 import pytest
@@ -10,6 +11,8 @@ from conftest import ROOT
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "scripts")]
 
 import docs_tables  # noqa: E402
+import real  # noqa: E402
+import results_file  # noqa: E402
 
 
 @pytest.mark.parametrize("name", list(docs_tables.TABLES))
@@ -20,10 +23,6 @@ def test_each_page_holds_the_table_its_source_renders(name):
 
 def test_a_changed_result_changes_the_rendered_table(tmp_path):
     """The renderer reads the results file: a measured figure moved there moves the page's table."""
-    import json
-
-    import real
-
     results = json.loads(real.CPU_RESULTS.read_text(encoding="utf-8"))
     case = results["memory"]["cases"][0]
     case["step"]["measured"] += 0.1
@@ -48,10 +47,6 @@ ROWS_FILES = {
 @pytest.mark.parametrize("name", list(ROWS_FILES))
 def test_a_moved_figure_in_a_rows_file_moves_its_table(name, tmp_path):
     """The first number of the first row, moved in a copy of the results file, changes the rendered block."""
-    import json
-
-    import results_file
-
     results_name, render = ROWS_FILES[name]
     results = results_file.load(results_name)
     row = results["rows"][0]
