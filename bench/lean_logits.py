@@ -120,6 +120,10 @@ def loss_diff(run: dict, whole: dict) -> float:
     return max(abs(a - b) / abs(b) for a, b in zip(run["losses"], whole["losses"], strict=True))
 
 
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
 def arm_row(stage: str, cutoff: int, batch: int, arm: str, rounds: list[dict]) -> dict:
     """One arm's medians over the rounds, and its ratios to whole logits per round."""
     row = {"stage": stage, "cutoff": cutoff, "batch": f"{batch} pairs" if stage != "sft" else batch, "arm": arm,
