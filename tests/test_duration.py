@@ -129,7 +129,13 @@ def test_plan_predicts_the_step_and_the_run_from_the_profiles_figures():
     assert "per optimizer step, 50 steps (max_steps)" in text and "mpskit plan --probe" in text
 
 
+# The probes that share the system's temporary folder run on one worker: a probe running beside this check
+# would hold its own mpskit-probe-* folder there (seen once in make test)
+SHARED_TMP = pytest.mark.xdist_group("probes in the system's temporary folder")
+
+
 @pytest.mark.e2e
+@SHARED_TMP
 def test_probe_times_real_steps_and_leaves_nothing_behind(tmp_path, tiny_model):
     before = set(Path(tempfile.gettempdir()).glob("mpskit-probe-*"))
     words = ["preset=sft", f"model_name_or_path={tiny_model}", f"dataset_dir={DATA}", "template=qwen", "max_steps=20"]
@@ -145,6 +151,7 @@ def test_probe_times_real_steps_and_leaves_nothing_behind(tmp_path, tiny_model):
 
 
 @pytest.mark.e2e
+@SHARED_TMP
 def test_a_probe_that_fails_says_why_in_one_line(tmp_path, tiny_model):
     no_weights = tmp_path / "no-weights"
     no_weights.mkdir()
